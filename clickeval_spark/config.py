@@ -1,0 +1,246 @@
+"""Job configuration: one YAML per environment (conf/<env>.yaml) loaded into frozen dataclasses.
+
+Validation happens once, at start-up: an unknown key or a bad value raises
+ConfigError naming the key path and what is allowed, before any Spark work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+
+from clickeval_spark.errors import ConfigError
+
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+SPLITS = ("train", "valid", "test")
+MODEL_NAMES = ("gctr", "rctr", "dctr", "pbm", "cm", "ubm", "dcm", "ccm", "dbn", "sdbn")
+SOURCE_FORMATS = ("synthetic", "tiangong_xml", "per_query_text", "yandex", "parquet", "delta")
+
+
+def validate_run_id(run_id: str) -> str:
+    """run_id goes into Delta predicates: only a safe character set is allowed."""
+    if not isinstance(run_id, str) or not RUN_ID_PATTERN.match(run_id):
+        raise ConfigError(
+            f"run_id {run_id!r} is not allowed: use 1-128 of [A-Za-z0-9_.:-], starting with a letter or digit"
+        )
+    return run_id
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    # embedded: one machine, Delta jars fetched by Ivy; cluster: spark-submit supplies master and jars
+    mode: Literal["embedded", "cluster"] = "embedded"
+    master: str | None = "local[*]"
+    # warehouse root for every Delta table: a folder (relative to the checkout) or a URI (s3a://...)
+    warehouse: str = "warehouse"
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    seed: int = 20210414
+    # AICM's TianGong-ST proportions; only used for inputs that do not arrive split
+    ratios: dict[str, float] = field(
+        default_factory=lambda: {"train": 117431.0, "valid": 13154.0, "test": 16570.0}
+    )
+
+    def __post_init__(self) -> None:
+        unknown = set(self.ratios) - set(SPLITS)
+        if unknown or not self.ratios:
+            raise ConfigError(f"ingest.split.ratios: keys must be among {list(SPLITS)}, got {sorted(self.ratios)}")
+        if any((not isinstance(v, (int, float))) or v < 0 for v in self.ratios.values()) or sum(self.ratios.values()) <= 0:
+            raise ConfigError("ingest.split.ratios: values must be non-negative numbers with a positive sum")
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    model: str = "pbm"
+    n_serps: int = 20000
+    n_queries: int = 400
+    docs_per_query: int = 15
+    list_size: int = 10
+    zipf_s: float = 1.1
+    # how far a document may move from its base position from one SERP to the next
+    shuffle_width: float = 6.0
+    sessions_mean_serps: int = 3
+    seed: int = 7
+
+    def __post_init__(self) -> None:
+        if self.model not in SIMULATABLE_MODELS:
+            raise ConfigError(f"ingest.synthetic.model: {self.model!r} is not allowed; allowed: {list(SIMULATABLE_MODELS)}")
+        for name in ("n_serps", "n_queries", "list_size", "sessions_mean_serps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"ingest.synthetic.{name}: must be >= 1, got {getattr(self, name)}")
+        if self.docs_per_query < self.list_size:
+            raise ConfigError("ingest.synthetic.docs_per_query: must be >= list_size")
+        if self.zipf_s <= 0:
+            raise ConfigError("ingest.synthetic.zipf_s: must be > 0")
+
+
+SIMULATABLE_MODELS = ("pbm", "ubm", "dbn", "sdbn", "dcm", "ccm", "cm")
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    dataset: str = "synthetic"
+    format: str = "synthetic"
+    # per_query_text: {train: path, valid: path, test: path} (already split) or {all: path}
+    # tiangong_xml / yandex / parquet / delta: {all: path}
+    paths: dict[str, str] = field(default_factory=dict)
+    labels: str | None = None
+    # per_query_text: auto (per line), graphcm (5 columns), aicm (7 columns: two zero columns after qid)
+    text_variant: Literal["auto", "graphcm", "aicm"] = "auto"
+    # TianGong-ST labels may use bare numbers where the XML uses prefixed ids (q123, d456)
+    label_query_prefix: str = ""
+    label_doc_prefix: str = ""
+    max_rank: int = 10
+    split: SplitConfig = field(default_factory=SplitConfig)
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+    def __post_init__(self) -> None:
+        if self.format not in SOURCE_FORMATS:
+            raise ConfigError(f"ingest.format: {self.format!r} is not allowed; allowed: {list(SOURCE_FORMATS)}")
+        if not re.match(r"^[A-Za-z0-9_.-]{1,64}$", self.dataset):
+            raise ConfigError(f"ingest.dataset: {self.dataset!r} must be 1-64 of [A-Za-z0-9_.-]")
+        allowed_keys = set(SPLITS) | {"all"}
+        bad = set(self.paths) - allowed_keys
+        if bad:
+            raise ConfigError(f"ingest.paths: unknown key(s) {sorted(bad)}; allowed: {sorted(allowed_keys)}")
+        if "all" in self.paths and len(self.paths) > 1:
+            raise ConfigError("ingest.paths: give either 'all' or per-split paths, not both")
+        if self.format != "synthetic" and not self.paths:
+            raise ConfigError(f"ingest.paths: required for format {self.format!r}")
+        if self.max_rank < 1:
+            raise ConfigError("ingest.max_rank: must be >= 1")
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    models: tuple[str, ...] = ("gctr", "rctr", "dctr", "pbm", "cm", "ubm", "dcm", "ccm", "dbn", "sdbn")
+    iterations: int = 20
+    tol: float | None = None
+    max_rank: int = 10
+
+    def __post_init__(self) -> None:
+        bad = [m for m in self.models if m not in MODEL_NAMES]
+        if bad or not self.models:
+            raise ConfigError(f"fit.models: {bad or '[]'} not allowed; allowed: {list(MODEL_NAMES)}")
+        if self.iterations < 1:
+            raise ConfigError("fit.iterations: must be >= 1")
+        if self.tol is not None and self.tol <= 0:
+            raise ConfigError("fit.tol: must be > 0 or null")
+
+
+@dataclass(frozen=True)
+class PredictConfig:
+    splits: tuple[str, ...] = ("test",)
+
+    def __post_init__(self) -> None:
+        bad = [s for s in self.splits if s not in SPLITS]
+        if bad or not self.splits:
+            raise ConfigError(f"predict.splits: {bad or '[]'} not allowed; allowed: {list(SPLITS)}")
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    env: str = "local"
+    run_id: str | None = None
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    ingest: IngestConfig = field(default_factory=IngestConfig)
+    fit: FitConfig = field(default_factory=FitConfig)
+    predict: PredictConfig = field(default_factory=PredictConfig)
+
+    def __post_init__(self) -> None:
+        if self.run_id is not None:
+            validate_run_id(self.run_id)
+
+
+def _build(cls: type, data: Any, path: str) -> Any:
+    """Turn a YAML mapping into dataclass `cls`, rejecting unknown keys and wrong types."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path or '<root>'}: expected a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(data) - set(fields)
+    if unknown:
+        raise ConfigError(
+            f"{_join(path, sorted(unknown)[0])}: unknown key; allowed keys: {sorted(fields)}"
+        )
+    hints = typing.get_type_hints(cls)
+    kwargs = {name: _coerce(hints[name], value, _join(path, name)) for name, value in data.items()}
+    return cls(**kwargs)
+
+
+def _coerce(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(inner[0], value, path)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{path}: {value!r} is not allowed; allowed: {list(args)}")
+        return value
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+        return {str(k): _coerce(args[1], v, f"{path}.{k}") for k, v in value.items()}
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path}: expected a list, got {value!r}")
+        return tuple(_coerce(args[0], v, path) for v in value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{path}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if isinstance(value, (dict, list)) or value is None:
+            raise ConfigError(f"{path}: expected a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> AppConfig:
+    """Load conf/<env>.yaml; `overrides` are dotted keys (e.g. {"ingest.dataset": "x"}) from the CLI."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return _build(AppConfig, data, "")
+
+
+def config_as_dict(cfg: AppConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)

@@ -1,0 +1,30 @@
+"""Click models: numpy kernels behind one contract (see base.py), and a registry."""
+
+from __future__ import annotations
+
+from clickeval_spark.models.base import ClickModel, Stats
+from clickeval_spark.models.ccm import CCM
+from clickeval_spark.models.cm import CM
+from clickeval_spark.models.ctr import DCTR, GCTR, RCTR
+from clickeval_spark.models.dbn import DBN
+from clickeval_spark.models.dcm import DCM
+from clickeval_spark.models.pbm import PBM
+from clickeval_spark.models.sdbn import SDBN
+from clickeval_spark.models.ubm import UBM
+
+# Kernels are stateless, so one shared instance per model is enough.
+MODELS: dict[str, ClickModel] = {
+    m.name: m for m in (GCTR(), RCTR(), DCTR(), PBM(), CM(), UBM(), DCM(), CCM(), DBN(), SDBN())
+}
+
+
+def get_model(name: str) -> ClickModel:
+    try:
+        return MODELS[name.strip().lower()]
+    except (KeyError, AttributeError):
+        raise ValueError(f"unknown click model {name!r}; expected one of: "
+                         + ", ".join(MODELS)) from None
+
+
+__all__ = ["MODELS", "get_model", "ClickModel", "Stats",
+           "GCTR", "RCTR", "DCTR", "PBM", "CM", "UBM", "DCM", "CCM", "DBN", "SDBN"]

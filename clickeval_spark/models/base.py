@@ -1,0 +1,101 @@
+"""The click-model kernel contract: vectorised numpy maths over a batch of SERPs.
+
+Spark code (EM driver, predictor, sampler) never knows a model's equations; it
+hands a kernel numpy arrays for a batch of SERPs and aggregates what comes back.
+That keeps every model's maths in one small, testable place and lets the same
+kernel run inside `mapInPandas` on a cluster and in a plain numpy reference.
+
+Array conventions (every model, every method):
+- B SERPs, padded to M ranks. ``mask[b, r]`` is True where rank r+1 exists.
+- ``clicks`` is an int8 (B, M) array of 0/1, 0 where masked.
+- ``qd[name]`` is a float64 (B, M) array: the value of a per-(query, doc)
+  parameter for the document shown at that rank (any value where masked).
+- ``g[name]`` is a float64 array of shape ``global_shapes(M)[name]``: per-rank
+  or global parameters (a few hundred numbers at most).
+
+Every parameter is re-estimated by a ratio of expected counts (EM M-step or
+counting MLE): new = sum(num) / sum(den), summed over all impressions of a
+(query, doc) pair for ``qd`` parameters, and over the whole log for global ones.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+INIT_VALUE = 0.5  # PyClick's starting value for every parameter
+
+
+@dataclass
+class Stats:
+    """Expected sufficient statistics of one batch.
+
+    qd:   name -> (num, den), each (B, M); summed later per (query, doc).
+    glob: name -> (num, den), each of the parameter's global shape, already
+          summed over the batch.
+    """
+
+    qd: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    glob: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+
+class ClickModel(ABC):
+    #: lower-case name used in config and in every table's `model` column
+    name: str
+    #: per-(query, doc) parameter names, e.g. ("alpha",) or ("alpha", "sigma")
+    qd_params: tuple[str, ...] = ()
+    #: False for counting estimators (CTRs, CM, SDBN): one pass gives the MLE
+    iterative: bool = True
+
+    def global_shapes(self, M: int) -> dict[str, tuple[int, ...]]:
+        """Per-rank / global parameter shapes for lists of length M."""
+        return {}
+
+    def init_global(self, M: int) -> dict[str, np.ndarray]:
+        return {k: np.full(s, INIT_VALUE) for k, s in self.global_shapes(M).items()}
+
+    @abstractmethod
+    def cond_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
+                   clicks: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """P(C_r = 1 | observed clicks at ranks < r), shape (B, M)."""
+
+    @abstractmethod
+    def click_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
+                    mask: np.ndarray) -> np.ndarray:
+        """P(C_r = 1) with earlier clicks marginalised, shape (B, M)."""
+
+    @abstractmethod
+    def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
+                       clicks: np.ndarray, mask: np.ndarray) -> Stats:
+        """E-step (or counting pass): num/den for every parameter."""
+
+    def relevance(self, qd: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Relevance score of a (query, doc): attractiveness unless overridden."""
+        return qd["alpha"]
+
+
+def sample_clicks(model: ClickModel, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
+                  mask: np.ndarray, u: np.ndarray, deterministic: bool = False) -> np.ndarray:
+    """Draw click sequences rank by rank: C_r = [u_r < P(C_r=1 | sampled clicks above)].
+
+    The chain rule makes this exact for every model, given only `cond_probs`.
+    `u` holds uniforms in [0, 1), shape (B, M); with ``deterministic`` a rank is
+    clicked when its conditional probability exceeds 0.5 (u is ignored).
+    """
+    clicks = np.zeros(mask.shape, dtype=np.int8)
+    for r in range(mask.shape[1]):
+        p = model.cond_probs(qd, g, clicks, mask)[:, r]
+        hit = (p > 0.5) if deterministic else (u[:, r] < p)
+        clicks[:, r] = (hit & mask[:, r]).astype(np.int8)
+    return clicks
+
+
+def log_likelihood(p_cond: np.ndarray, clicks: np.ndarray, mask: np.ndarray,
+                   eps: float = 1e-6) -> np.ndarray:
+    """Per-SERP log P(clicks) = sum_r log P(C_r = c_r | clicks above), natural log."""
+    p = np.clip(p_cond, eps, 1 - eps)
+    ll = np.where(clicks == 1, np.log(p), np.log1p(-p))
+    return np.where(mask, ll, 0.0).sum(axis=1)

@@ -1,0 +1,132 @@
+"""FittedModel <-> rows of the ``model_params`` table.
+
+One row per parameter value (run_id, model, param, query_id, doc_id, rank,
+prev_click_rank, value, n_obs):
+
+- qd parameters: query_id and doc_id set, rank / prev_click_rank null, n_obs =
+  impressions of the pair in training;
+- per-rank parameters (global shape (M,)): rank 1..M;
+- two-dimensional per-rank globals (UBM's gamma, shape (M, M + 1)): rank =
+  first index + 1 and prev_click_rank = second index as the kernel stores it
+  (for UBM: 1-based rank of the last click above, 0 = no click above);
+- scalar globals: every key null; a fixed-length vector whose size does not
+  depend on M (CCM's tau, shape (3,)) is stored as scalars named
+  ``<name><i>``, i = 1.. (tau1, tau2, tau3);
+- priors for unseen pairs: param ``prior_<name>``, every key null.
+
+Global and prior rows are built on the driver (a few hundred at most); qd rows
+never leave Spark.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from clickeval_spark.models.base import ClickModel
+from clickeval_spark.models.spark_em import FittedModel
+
+MODEL_PARAMS_SCHEMA = (
+    "run_id string, model string, param string, query_id string, doc_id string, "
+    "rank int, prev_click_rank int, value double, n_obs double"
+)
+_COLS = ["run_id", "model", "param", "query_id", "doc_id", "rank", "prev_click_rank", "value", "n_obs"]
+PRIOR_PREFIX = "prior_"
+
+
+def _is_per_rank(model: ClickModel, name: str, M: int) -> bool:
+    """True if the parameter's shape grows with the list length (its axes are ranks)."""
+    return model.global_shapes(M)[name] != model.global_shapes(M + 1)[name]
+
+
+def _global_rows(run_id: str, model: ClickModel, name: str, arr: np.ndarray, M: int) -> list[tuple]:
+    arr = np.asarray(arr, dtype=np.float64)
+    m = model.name
+    if arr.ndim == 0:
+        return [(run_id, m, name, None, None, None, None, float(arr), None)]
+    if arr.ndim == 1 and not _is_per_rank(model, name, M):
+        return [(run_id, m, f"{name}{i + 1}", None, None, None, None, float(v), None)
+                for i, v in enumerate(arr)]
+    if arr.ndim == 1:
+        return [(run_id, m, name, None, None, i + 1, None, float(v), None) for i, v in enumerate(arr)]
+    if arr.ndim == 2:
+        return [(run_id, m, name, None, None, i + 1, j, float(arr[i, j]), None)
+                for i in range(arr.shape[0]) for j in range(arr.shape[1])]
+    raise ValueError(f"global parameter {name!r} has {arr.ndim} dimensions; model_params holds at most 2")
+
+
+def to_param_rows(fitted: FittedModel, run_id: str) -> DataFrame:
+    """All of ``fitted``'s parameters as model_params rows (schema MODEL_PARAMS_SCHEMA)."""
+    spark = fitted.qd.sparkSession
+    name = fitted.model.name
+    small: list[tuple] = []
+    for g_name, arr in sorted(fitted.glob.items()):
+        small += _global_rows(run_id, fitted.model, g_name, arr, fitted.max_rank)
+    for p, v in sorted(fitted.prior.items()):
+        small.append((run_id, name, PRIOR_PREFIX + p, None, None, None, None, float(v), None))
+    out = spark.createDataFrame(small, MODEL_PARAMS_SCHEMA)
+    for p in fitted.model.qd_params:
+        rows = fitted.qd.select(
+            F.lit(run_id).alias("run_id"),
+            F.lit(name).alias("model"),
+            F.lit(p).alias("param"),
+            F.col("query_id").cast("string").alias("query_id"),
+            F.col("doc_id").cast("string").alias("doc_id"),
+            F.lit(None).cast("int").alias("rank"),
+            F.lit(None).cast("int").alias("prev_click_rank"),
+            F.col(p).cast("double").alias("value"),
+            F.col("n_obs").cast("double").alias("n_obs"),
+        )
+        out = out.unionByName(rows)
+    return out.select(*_COLS)
+
+
+def from_param_rows(df: DataFrame, model: ClickModel, run_id: str, max_rank: int) -> FittedModel:
+    """Inverse of `to_param_rows` for one run and model (history is not stored: empty)."""
+    rows = df.filter((F.col("run_id") == F.lit(run_id)) & (F.col("model") == F.lit(model.name)))
+    params = list(model.qd_params)
+    M = int(max_rank)
+
+    glob_rows = (
+        rows.filter(F.col("query_id").isNull() & F.col("doc_id").isNull())
+        .select("param", "rank", "prev_click_rank", "value")
+        .collect()
+    )
+    shapes = model.global_shapes(M)
+    glob = {k: np.full(s, np.nan) for k, s in shapes.items()}
+    # fixed-length vectors stored as scalars <name><i>
+    scalar_slots = {f"{k}{i + 1}": (k, i) for k, s in shapes.items()
+                    if len(s) == 1 and not _is_per_rank(model, k, M) for i in range(s[0])}
+    prior: dict[str, float] = {}
+    for r in glob_rows:
+        param = r["param"]
+        if param.startswith(PRIOR_PREFIX) and param[len(PRIOR_PREFIX):] in params:
+            prior[param[len(PRIOR_PREFIX):]] = float(r["value"])
+        elif param in scalar_slots:
+            k, i = scalar_slots[param]
+            glob[k][i] = r["value"]
+        elif param in glob:
+            arr = glob[param]
+            if arr.ndim == 0:
+                arr[()] = r["value"]
+            elif arr.ndim == 1:
+                arr[r["rank"] - 1] = r["value"]
+            else:
+                arr[r["rank"] - 1, r["prev_click_rank"]] = r["value"]
+    missing = [k for k, a in glob.items() if np.isnan(a).any()] + [p for p in params if p not in prior]
+    if missing:
+        raise ValueError(f"model_params of run {run_id!r}, model {model.name!r} lack values for {missing} "
+                         f"(max_rank={M})")
+
+    if params:
+        qd = (
+            rows.filter(F.col("query_id").isNotNull() & F.col("param").isin(params))
+            .groupBy("query_id", "doc_id")
+            .agg(*[F.max(F.when(F.col("param") == p, F.col("value"))).alias(p) for p in params],
+                 F.max("n_obs").alias("n_obs"))
+            .select("query_id", "doc_id", *params, "n_obs")
+        )
+    else:
+        qd = df.sparkSession.createDataFrame([], "query_id string, doc_id string, n_obs double")
+    return FittedModel(model=model, max_rank=M, qd=qd, glob=glob, prior=prior, history=[])

@@ -1,0 +1,46 @@
+"""Position-based model: C_r = E_r * A_r with E_r ~ Bernoulli(gamma_r), A_r ~ Bernoulli(alpha).
+
+Examination depends on the rank only, so clicks at different ranks are
+independent and P(C_r = 1 | clicks above) = P(C_r = 1) = gamma_r * alpha.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from clickeval_spark.models.base import ClickModel, Stats
+from clickeval_spark.models.cm import safe_div
+
+
+class PBM(ClickModel):
+    name = "pbm"
+    qd_params = ("alpha",)
+    iterative = True
+
+    def global_shapes(self, M: int) -> dict[str, tuple[int, ...]]:
+        return {"gamma": (M,)}
+
+    def cond_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
+                   clicks: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return self.click_probs(qd, g, mask)
+
+    def click_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
+                    mask: np.ndarray) -> np.ndarray:
+        return np.where(mask, qd["alpha"] * np.asarray(g["gamma"])[None, :], 0.0)
+
+    def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
+                       clicks: np.ndarray, mask: np.ndarray) -> Stats:
+        a = qd["alpha"]
+        gam = np.asarray(g["gamma"])[None, :]
+        clicked = (clicks == 1) & mask
+        p_skip = 1 - a * gam
+        # A skip is either "not examined" or "examined, not attracted".
+        p_attr = np.where(clicked, 1.0, safe_div(a * (1 - gam), p_skip))
+        p_exam = np.where(clicked, 1.0, safe_div(gam * (1 - a), p_skip))
+        m = mask.astype(float)
+        return Stats(
+            qd={"alpha": (p_attr * m, m)},
+            glob={"gamma": ((p_exam * m).sum(axis=0), m.sum(axis=0))},
+        )

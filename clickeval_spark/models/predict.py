@@ -1,0 +1,105 @@
+"""Click probabilities and relevance scores from a fitted click model.
+
+Both run the kernel inside ``mapInPandas`` on parameters attached to the SERP
+arrays exactly as in EM (`spark_em.attach_qd`): per-query maps joined on
+query_id, pairs unseen in training get ``fitted.prior``. Only the global
+parameters travel in the task closure.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from clickeval_spark.models.spark_em import FittedModel, attach_qd, batch_arrays, qd_array_col, truncate_serps
+
+PREDICTION_SCHEMA = (
+    "dataset string, split string, serp_id string, query_id string, doc_id string, "
+    "rank int, click int, p_click_cond double, p_click double"
+)
+RELEVANCE_SCHEMA = "query_id string, doc_id string, score double"
+
+
+def _predict_fn(fitted: FittedModel):
+    model, g, M = fitted.model, fitted.glob, fitted.max_rank
+    params = list(model.qd_params)
+
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for pdf in batches:
+            if len(pdf) == 0:
+                continue
+            clicks, mask, lens, qd = batch_arrays(pdf, M, params)
+            p_cond = np.asarray(model.cond_probs(qd, g, clicks, mask), dtype=np.float64)
+            p_click = np.asarray(model.click_probs(qd, g, mask), dtype=np.float64)
+            yield pd.DataFrame({
+                "dataset": np.repeat(pdf["dataset"].to_numpy(), lens),
+                "split": np.repeat(pdf["split"].to_numpy(), lens),
+                "serp_id": np.repeat(pdf["serp_id"].to_numpy(), lens),
+                "query_id": np.repeat(pdf["query_id"].to_numpy(), lens),
+                "doc_id": np.concatenate(pdf["doc_ids"].to_numpy()),
+                "rank": (np.nonzero(mask)[1] + 1).astype(np.int32),
+                "click": clicks[mask].astype(np.int32),
+                "p_click_cond": p_cond[mask],
+                "p_click": p_click[mask],
+            })
+
+    return run
+
+
+def predict_clicks(serps: DataFrame, fitted: FittedModel) -> DataFrame:
+    """One row per (SERP, rank <= max_rank): dataset, split, serp_id, query_id, doc_id,
+    rank (1-based int), click int, p_click_cond double, p_click double.
+
+    p_click_cond = P(C_r = 1 | the SERP's observed clicks above r); p_click =
+    P(C_r = 1) with earlier clicks marginalised. Ranks beyond the fitted
+    max_rank are not predicted; SERPs without a query or results are skipped.
+    """
+    params = list(fitted.model.qd_params)
+    base = truncate_serps(serps, fitted.max_rank, keep=("dataset", "split", "serp_id"))
+    joined = attach_qd(base, fitted.qd, params, fitted.prior)
+    cols = ["dataset", "split", "serp_id", "query_id", "doc_ids", "clicks",
+            *[qd_array_col(p) for p in params]]
+    return (
+        joined.select(*cols)
+        .mapInPandas(_predict_fn(fitted), PREDICTION_SCHEMA)
+        .select("dataset", "split", "serp_id", "query_id", "doc_id", "rank", "click",
+                "p_click_cond", "p_click")
+    )
+
+
+def _relevance_fn(fitted: FittedModel):
+    model = fitted.model
+    params = list(model.qd_params)
+
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for pdf in batches:
+            if len(pdf) == 0:
+                continue
+            qd = {p: pdf[p].to_numpy(dtype=np.float64).reshape(-1, 1) for p in params}
+            score = np.asarray(model.relevance(qd), dtype=np.float64).reshape(-1)
+            yield pd.DataFrame({"query_id": pdf["query_id"].to_numpy(),
+                                "doc_id": pdf["doc_id"].to_numpy(), "score": score})
+
+    return run
+
+
+def relevance_scores(fitted: FittedModel) -> DataFrame:
+    """query_id, doc_id, score for every (query, doc) pair of the training log:
+    the kernel's ``relevance`` (attractiveness; alpha * sigma for DBN / SDBN).
+
+    Models without per-(query, doc) parameters (GCTR, RCTR) cannot rank
+    documents: ValueError (the kernel's own message).
+    """
+    params = list(fitted.model.qd_params)
+    if not params:
+        fitted.model.relevance({})  # the kernel raises with its reason
+        raise ValueError(f"{fitted.model.name} has no per-(query, doc) parameter to score")
+    return (
+        fitted.qd.select("query_id", "doc_id", *[F.col(p).cast("double").alias(p) for p in params])
+        .mapInPandas(_relevance_fn(fitted), RELEVANCE_SCHEMA)
+        .select("query_id", "doc_id", "score")
+    )

@@ -1,0 +1,82 @@
+"""What every job entry point shares: argument parsing, config, session, run id, error reporting.
+
+Jobs stay thin: `main(argv) -> int` parses args here, builds the session here,
+and hands the session and the frozen config to library code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Sequence
+
+import yaml
+from pyspark.sql import SparkSession
+
+from clickeval_spark.config import AppConfig, load_config, validate_run_id
+from clickeval_spark.errors import ClickevalError
+from clickeval_spark.session import build_session
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONF = PROJECT_ROOT / "conf" / "local.yaml"
+
+
+def parse_args(job: str, argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=f"clickeval {job}", description=f"clickeval-spark {job} job")
+    parser.add_argument("--conf", default=str(DEFAULT_CONF), help="conf/<env>.yaml (default: conf/local.yaml)")
+    parser.add_argument("--run-id", help="run id (default: from config, else '<env>-<UTC timestamp>')")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="override a config key, e.g. --set ingest.dataset=trec (value parsed as YAML)",
+    )
+    return parser.parse_args(list(argv) if argv is not None else None)
+
+
+def load(args: argparse.Namespace) -> tuple[AppConfig, str]:
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ClickevalError(f"--set {item!r}: expected KEY=VALUE")
+        overrides[key] = yaml.safe_load(value)
+    cfg = load_config(args.conf, overrides)
+    run_id = args.run_id or cfg.run_id or f"{cfg.env}-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
+    return cfg, validate_run_id(run_id)
+
+
+def warehouse_root(cfg: AppConfig) -> str:
+    """A relative warehouse is relative to the checkout; URIs (s3a://, abfss://, file:/) pass as they are."""
+    wh = cfg.spark.warehouse
+    if "://" in wh or wh.startswith("file:") or os.path.isabs(wh):
+        return wh
+    return str(PROJECT_ROOT / wh)
+
+
+def session_for(cfg: AppConfig, job: str) -> SparkSession:
+    embedded = cfg.spark.mode == "embedded"
+    conf = dict(cfg.spark.conf)
+    if embedded:
+        conf.setdefault("spark.ui.showConsoleProgress", "false")
+    return build_session(
+        f"clickeval-{job}",
+        master=cfg.spark.master if embedded else None,
+        warehouse=warehouse_root(cfg),
+        embedded=embedded,
+        conf=conf,
+    )
+
+
+def run_job(job: str, argv: Sequence[str] | None, body: Callable[[SparkSession, AppConfig, str, str], None]) -> int:
+    """Parse, configure, run `body(spark, cfg, warehouse, run_id)`; known errors become one line and exit 2."""
+    try:
+        args = parse_args(job, argv)
+        cfg, run_id = load(args)
+        spark = session_for(cfg, job)
+        body(spark, cfg, warehouse_root(cfg), run_id)
+        return 0
+    except ClickevalError as exc:
+        print(f"clickeval {job}: error: {exc}", file=sys.stderr)
+        return 2

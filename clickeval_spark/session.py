@@ -1,0 +1,52 @@
+"""SparkSession factory. Only jobs and test fixtures call it; library code never builds sessions."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Mapping
+
+from pyspark.sql import SparkSession
+
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def build_session(
+    app_name: str,
+    *,
+    master: str | None,
+    warehouse: str,
+    embedded: bool,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Build (or reuse) the job's session.
+
+    embedded=True is the one-machine mode: the Delta jars are resolved from Maven
+    Central by Ivy (`configure_spark_with_delta_pip`), and Python workers use this
+    interpreter (the venv), not whatever `python3` is first on PATH.
+    embedded=False is spark-submit on a cluster: master and jars come from the
+    submit command (`--master`, `--packages`), so nothing here overrides them.
+    """
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    settings = {
+        **DELTA_CONF,
+        "spark.sql.warehouse.dir": warehouse,
+        "spark.sql.session.timeZone": "UTC",
+        **dict(conf or {}),
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    if embedded:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        from delta import configure_spark_with_delta_pip
+
+        builder = configure_spark_with_delta_pip(builder)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

@@ -1,0 +1,54 @@
+"""Canonical `serps` rows stored as Parquet or Delta (e.g. exported by another pipeline)."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from clickeval_spark.errors import InputError
+from clickeval_spark.sources.files import ensure_readable
+
+REQUIRED = ("session_id", "query_id", "doc_ids", "clicks")
+
+
+def read_serps(spark: SparkSession, path: str, dataset: str, fmt: str) -> DataFrame:
+    ensure_readable(spark, path)
+    try:
+        rows = spark.read.format(fmt).load(path)
+    except Exception as exc:  # Spark's AnalysisException: keep its first line only
+        raise InputError(f"{path}: cannot be read as {fmt} ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in REQUIRED if c not in rows.columns]
+    if missing:
+        raise InputError(f"{path}: not canonical serps rows, missing column(s) {missing}")
+    if "serp_id" not in rows.columns and "serp_pos" not in rows.columns:
+        raise InputError(f"{path}: not canonical serps rows, needs a serp_id or a serp_pos column")
+    optional = {
+        "split": "string", "serp_id": "string", "serp_pos": "int", "vtypes": "array<string>", "log_date": "date",
+    }
+    for name, dtype in optional.items():
+        if name not in rows.columns:
+            rows = rows.withColumn(name, F.lit(None).cast(dtype))
+    return rows.select(
+        F.lit(path).alias("source"),
+        F.lit(None).cast("long").alias("line"),
+        F.concat(F.lit("serp_id="), F.coalesce(F.col("serp_id").cast("string"), F.lit("null"))).alias("record"),
+        F.to_json(F.struct(*[F.col(c) for c in rows.columns])).alias("raw"),
+        F.lit(None).cast("string").alias("parse_rule"),
+        F.lit(None).cast("string").alias("parse_reason"),
+        F.lit(dataset).alias("dataset"),
+        F.col("split").cast("string").alias("split"),
+        F.col("session_id").cast("string").alias("session_id"),
+        F.col("serp_pos").cast("int").alias("serp_pos"),
+        # a row without serp_id is named after its session and position (null position: missing_id)
+        F.coalesce(F.col("serp_id").cast("string"),
+                   F.concat(F.col("session_id").cast("string"), F.lit("-"), F.col("serp_pos").cast("string")))
+        .alias("serp_id"),
+        F.col("query_id").cast("string").alias("query_id"),
+        F.col("doc_ids").cast("array<string>").alias("doc_ids"),
+        F.col("vtypes").cast("array<string>").alias("vtypes"),
+        F.col("clicks").cast("array<int>").alias("clicks"),
+        F.lit(None).cast("array<int>").alias("click_ranks"),
+        F.lit(None).cast("array<int>").alias("result_ranks"),
+        F.col("log_date").cast("date").alias("log_date"),
+    )
+

@@ -1,0 +1,65 @@
+"""File access shared by every source: existence checks and numbered text lines."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from clickeval_spark.errors import InputError
+
+RAW_MAX_CHARS = 1000  # quarantine keeps this much of a bad record
+
+
+def ensure_readable(spark: SparkSession, path: str) -> None:
+    """Fail with one line naming the file when it is missing, before Spark's deep stack traces."""
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    try:
+        fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        matches = fs.globStatus(hpath)
+    except Exception as exc:  # py4j wraps the Hadoop error: keep only its message
+        raise InputError(f"{path}: cannot be read ({str(exc).splitlines()[0]})") from None
+    if matches is None or len(matches) == 0:
+        raise InputError(f"{path}: cannot be read (no such file)")
+
+
+def numbered_lines(spark: SparkSession, path: str) -> DataFrame:
+    """Lines of text file(s) with their 1-based line number: source, line, raw.
+
+    Line numbers are computed without a Python pass over the data: Spark's hidden
+    `_metadata` tells which file block each row came from, monotonically increasing
+    ids are consecutive within a block, and only the per-block line counts (one row
+    per input split, not per record) are combined with a small window.
+    """
+    ensure_readable(spark, path)
+    rows = spark.read.text(path).select(
+        F.col("value").alias("raw"),
+        F.col("_metadata.file_path").alias("source"),
+        F.col("_metadata.file_block_start").alias("block_start"),
+        F.monotonically_increasing_id().alias("row_id"),
+    )
+    blocks = (
+        rows.groupBy("source", "block_start")
+        .agg(F.count(F.lit(1)).alias("n"), F.min("row_id").alias("first_row_id"))
+        .withColumn(
+            "lines_before",
+            F.coalesce(
+                F.sum("n").over(
+                    Window.partitionBy("source").orderBy("block_start").rowsBetween(Window.unboundedPreceding, -1)
+                ),
+                F.lit(0),
+            ),
+        )
+    )
+    return (
+        rows.join(F.broadcast(blocks), on=["source", "block_start"], how="inner")
+        .select(
+            "source",
+            (F.col("lines_before") + F.col("row_id") - F.col("first_row_id") + 1).alias("line"),
+            "raw",
+        )
+    )
+
+
+def truncate_raw(col: str = "raw"):
+    return F.substring(F.col(col), 1, RAW_MAX_CHARS)

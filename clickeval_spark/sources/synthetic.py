@@ -1,0 +1,155 @@
+"""Synthetic click logs simulated from a click model with known, seeded parameters.
+
+The embedded default input of the main job (no download) and the scale
+benchmark's source. The shape follows TianGong-ST: 10 results per SERP,
+Zipf-like query frequencies, sessions of several queries, and a per-query
+document pool whose order varies a little from one SERP to the next (which also
+makes examination and attractiveness identifiable). Everything is computed by
+Spark from seeded hashes, so the log is the same on any number of partitions,
+and no loop over SERPs ever runs on the driver.
+
+The true parameters are written beside the log, to `model_params` under run id
+`truth-<dataset>`, so a fit can be compared with the truth in SQL. Pooled
+relevance labels (grade = floor(5 * relevance score), 0..4) come with it, so
+NDCG can be computed on the default data too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from clickeval_spark import tables
+from clickeval_spark.config import IngestConfig, SyntheticConfig
+from clickeval_spark.models import get_model
+from clickeval_spark.models.params_io import to_param_rows
+from clickeval_spark.models.sampling import sample_serps
+from clickeval_spark.models.spark_em import FittedModel
+
+_BITS = (1 << 53) - 1
+
+
+def _uniform(seed: int, *parts: Column | str) -> Column:
+    """U[0, 1) as a pure function of (seed, parts)."""
+    cols = [F.lit(p) if isinstance(p, str) else p for p in parts]
+    return F.xxhash64(F.lit(seed), *cols).bitwiseAND(F.lit(_BITS)).cast("double") / float(1 << 53)
+
+
+def true_globals(model_name: str, M: int) -> dict[str, np.ndarray]:
+    """Per-rank / global parameters of the simulated user: examination decays with rank as in web logs."""
+    ranks = np.arange(1, M + 1, dtype=float)
+    exam = 0.98 * ranks ** -0.7
+    if model_name == "pbm":
+        return {"gamma": exam}
+    if model_name == "ubm":
+        gamma = np.full((M, M + 1), 0.5)
+        gamma[:, 0] = exam
+        for r in range(M):  # after a click at rank k, examination decays with the distance r+1-k
+            for k in range(1, r + 1):
+                gamma[r, k] = 0.95 * (r + 1 - k) ** -0.5
+        return {"gamma": gamma}
+    if model_name == "dbn":
+        return {"gamma": np.array(0.9)}
+    if model_name == "dcm":
+        return {"lambda": np.clip(0.65 - 0.03 * np.arange(M), 0.05, 1.0)}
+    if model_name == "ccm":
+        return {"tau": np.array([0.85, 0.6, 0.35])}
+    return {}  # cm, sdbn: no global parameters
+
+
+def _query_index(cfg: SyntheticConfig, u: Column) -> Column:
+    """Inverse CDF of a continuous power law on [1, N+1): a Zipf-like query index in 0..N-1."""
+    n1 = float(cfg.n_queries + 1)
+    if abs(cfg.zipf_s - 1.0) < 1e-9:
+        x = F.pow(F.lit(n1), u)
+    else:
+        a = 1.0 - cfg.zipf_s
+        x = F.pow((F.lit(n1 ** a) - 1.0) * u + 1.0, F.lit(1.0 / a))
+    return F.least(F.floor(x).cast("long") - 1, F.lit(cfg.n_queries - 1))
+
+
+def true_qd(spark: SparkSession, cfg: SyntheticConfig) -> DataFrame:
+    """query_id, doc_id, alpha, sigma, n_obs: better-placed docs of a pool tend to be more attractive."""
+    D = cfg.docs_per_query
+    pairs = spark.range(cfg.n_queries).select(
+        F.col("id").alias("q"), F.explode(F.sequence(F.lit(0), F.lit(D - 1))).alias("j"),
+    )
+    return pairs.select(
+        F.concat(F.lit("q"), F.col("q").cast("string")).alias("query_id"),
+        F.format_string("d%d_%d", "q", "j").alias("doc_id"),
+        (F.lit(0.05) + 0.85 * F.pow(_uniform(cfg.seed, "alpha", "q", "j"), 1.0 + 2.0 * F.col("j") / D))
+        .alias("alpha"),
+        (F.lit(0.2) + 0.6 * _uniform(cfg.seed, "sigma", "q", "j")).alias("sigma"),
+        F.lit(None).cast("double").alias("n_obs"),
+    )
+
+
+def serp_skeletons(spark: SparkSession, cfg: SyntheticConfig, dataset: str) -> DataFrame:
+    """SERPs without clicks: query drawn Zipf-like, the pool re-ordered by base position + jitter."""
+    D, L = cfg.docs_per_query, cfg.list_size
+    serps = spark.range(cfg.n_serps).select(
+        F.col("id").alias("i"),
+        _query_index(cfg, _uniform(cfg.seed, "query", "id")).alias("q"),
+    )
+    ordered = F.array_sort(
+        F.transform(
+            F.sequence(F.lit(0), F.lit(D - 1)),
+            lambda j: F.struct((j + cfg.shuffle_width * _uniform(cfg.seed, "order", F.col("i"), j)).alias("key"),
+                               j.alias("j")),
+        )
+    )
+    return serps.select(
+        F.lit(dataset).alias("dataset"),
+        F.lit(None).cast("string").alias("split"),
+        F.concat(F.lit("s"), (F.col("i") / cfg.sessions_mean_serps).cast("long").cast("string")).alias("session_id"),
+        F.concat(F.lit("serp"), F.col("i").cast("string")).alias("serp_id"),
+        (F.col("i") % cfg.sessions_mean_serps + 1).cast("int").alias("serp_pos"),
+        F.concat(F.lit("q"), F.col("q").cast("string")).alias("query_id"),
+        F.transform(F.slice(ordered, 1, L), lambda x: F.format_string("d%d_%d", F.col("q"), x["j"])).alias("doc_ids"),
+        F.array_repeat(F.lit("1"), L).alias("vtypes"),
+        F.array_repeat(F.lit(0), L).alias("clicks"),
+        F.lit(None).cast("date").alias("log_date"),
+    )
+
+
+def generate(spark: SparkSession, icfg: IngestConfig, warehouse: str, run_id: str) -> tuple[DataFrame, DataFrame]:
+    """Parsed SERP records and pooled label records of a simulated log; writes the truth to model_params."""
+    cfg = icfg.synthetic
+    model = get_model(cfg.model)
+    qd = true_qd(spark, cfg).select("query_id", "doc_id", *model.qd_params, "n_obs")
+    truth = FittedModel(model=model, max_rank=cfg.list_size, qd=qd,
+                        glob=true_globals(cfg.model, cfg.list_size), prior={p: 0.5 for p in model.qd_params})
+    truth_run = f"truth-{icfg.dataset}"
+    tables.replace_slice(to_param_rows(truth, truth_run), warehouse, "model_params", truth_run, run_id)
+
+    sampled = sample_serps(serp_skeletons(spark, cfg, icfg.dataset), truth, k=1, seed=cfg.seed)
+    serps = sampled.select(
+        F.lit(f"synthetic:{cfg.model}").alias("source"),
+        (F.regexp_extract("serp_id", r"(\d+)$", 1).cast("long") + 1).alias("line"),
+        F.lit(None).cast("string").alias("record"),
+        F.to_json(F.struct("session_id", "serp_id", "query_id", "doc_ids", "clicks")).alias("raw"),
+        F.lit(None).cast("string").alias("parse_rule"),
+        F.lit(None).cast("string").alias("parse_reason"),
+        "dataset", "split", "session_id", "serp_pos", "serp_id", "query_id", "doc_ids", "vtypes", "clicks",
+        F.lit(None).cast("array<int>").alias("click_ranks"),
+        F.lit(None).cast("array<int>").alias("result_ranks"),
+        "log_date",
+    )
+    score = F.col("alpha") * F.col("sigma") if "sigma" in model.qd_params else F.col("alpha")
+    labels = qd.select(
+        F.lit(f"synthetic:{cfg.model}:labels").alias("source"),
+        F.lit(None).cast("long").alias("line"),
+        F.concat_ws("|", "query_id", "doc_id").alias("record"),
+        F.concat_ws("|", "query_id", "doc_id").alias("raw"),
+        F.lit(None).cast("string").alias("parse_rule"),
+        F.lit(None).cast("string").alias("parse_reason"),
+        F.lit(icfg.dataset).alias("dataset"),
+        F.lit(None).cast("string").alias("session_id"),
+        "query_id",
+        F.lit(None).cast("string").alias("serp_id"),
+        F.concat_ws("|", "query_id", "doc_id").alias("label_key"),
+        F.array("doc_id").alias("doc_ids"),
+        F.array(F.least(F.floor(score * 5), F.lit(4)).cast("string")).alias("relevances"),
+    )
+    return serps, labels

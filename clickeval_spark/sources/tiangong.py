@@ -1,0 +1,135 @@
+"""TianGong-ST raw XML and its human-label file.
+
+XML: <session num> -> <interaction num> -> <query_id>, <query>, <results> ->
+<result rank="1..10"> with <docid>, <url>, <title>, <vtype>; and <clicked> ->
+<click> -> <rank> (clicks name results by rank). Read with Spark's native XML
+source, one row per <session>; a session that does not parse is quarantined
+whole, with its raw text.
+
+Labels: whitespace-separated `id session query doc relevance`. Label ids may be
+bare numbers where the XML has prefixed ids (q123 / d456); the configured
+prefixes map them explicitly.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from clickeval_spark.sources.files import ensure_readable, numbered_lines
+
+_CORRUPT = "_corrupt_record"
+
+SESSION_SCHEMA = T.StructType([
+    T.StructField("_num", T.StringType()),
+    T.StructField("interaction", T.ArrayType(T.StructType([
+        T.StructField("_num", T.StringType()),
+        T.StructField("query_id", T.StringType()),
+        T.StructField("query", T.StringType()),
+        T.StructField("results", T.StructType([
+            T.StructField("result", T.ArrayType(T.StructType([
+                T.StructField("_rank", T.StringType()),
+                T.StructField("docid", T.StringType()),
+                T.StructField("url", T.StringType()),
+                T.StructField("title", T.StringType()),
+                T.StructField("vtype", T.StringType()),
+            ]))),
+        ])),
+        T.StructField("clicked", T.StructType([
+            T.StructField("click", T.ArrayType(T.StructType([
+                T.StructField("_num", T.StringType()),
+                T.StructField("rank", T.StringType()),
+                T.StructField("docid", T.StringType()),
+            ]))),
+        ])),
+    ]))),
+    T.StructField(_CORRUPT, T.StringType()),
+])
+
+
+def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
+    """Parsed SERP records (validation.PARSED_SERP_COLUMNS), one per <interaction>."""
+    ensure_readable(spark, path)
+    sessions = (
+        spark.read.format("xml")
+        .option("rowTag", "session")
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", _CORRUPT)
+        .schema(SESSION_SCHEMA)
+        .load(path)
+        .select(F.col("_metadata.file_path").alias("source"), "*")
+    )
+    broken = sessions.where(F.col(_CORRUPT).isNotNull()).select(
+        "source",
+        F.concat(F.lit("session "), F.coalesce(F.col("_num"), F.lit("?"))).alias("record"),
+        F.col(_CORRUPT).alias("raw"),
+        F.lit("unparseable").alias("parse_rule"),
+        F.lit("the <session> element is not well-formed XML in the TianGong-ST layout").alias("parse_reason"),
+    )
+    interactions = (
+        sessions.where(F.col(_CORRUPT).isNull())
+        .select("source", F.col("_num").alias("session_id"), F.explode_outer("interaction").alias("it"))
+        .select(
+            "source", "session_id",
+            F.col("it._num").alias("interaction"),
+            F.col("it.query_id").alias("query_id"),
+            F.array_sort(
+                F.transform(F.coalesce(F.col("it.results.result"), F.array()),
+                            lambda r: F.struct(r["_rank"].cast("int").alias("rank"), r.alias("r"))),
+            ).alias("results"),
+            F.transform(F.coalesce(F.col("it.clicked.click"), F.array()),
+                        lambda c: F.trim(c["rank"]).cast("int")).alias("click_ranks"),
+            F.to_json("it").alias("raw"),
+        )
+    )
+    parsed = interactions.select(
+        "source",
+        F.format_string("session %s interaction %s", "session_id", F.coalesce("interaction", F.lit("?"))).alias("record"),
+        "raw",
+        F.when(F.col("interaction").isNull() | F.col("interaction").cast("int").isNull(), F.lit("unparseable"))
+        .alias("parse_rule"),
+        F.when(F.col("interaction").isNull() | F.col("interaction").cast("int").isNull(),
+               F.lit("<interaction> has no numeric num attribute")).alias("parse_reason"),
+        "session_id",
+        F.col("interaction").cast("int").alias("serp_pos"),
+        F.concat_ws("-", "session_id", "interaction").alias("serp_id"),
+        "query_id",
+        F.transform("results", lambda x: F.trim(x["r"]["docid"])).alias("doc_ids"),
+        F.transform("results", lambda x: F.trim(x["r"]["vtype"])).alias("vtypes"),
+        F.transform("results", lambda x: F.when(F.array_contains("click_ranks", x["rank"]), 1).otherwise(0))
+        .alias("clicks"),
+        "click_ranks",
+        F.transform("results", lambda x: x["rank"]).alias("result_ranks"),
+    )
+    return parsed.unionByName(broken, allowMissingColumns=True).select(
+        "source", F.lit(None).cast("long").alias("line"), "record", "raw", "parse_rule", "parse_reason",
+        F.lit(dataset).alias("dataset"), F.lit(None).cast("string").alias("split"),
+        "session_id", "serp_pos", "serp_id", "query_id", "doc_ids", "vtypes", "clicks",
+        "click_ranks", "result_ranks", F.lit(None).cast("date").alias("log_date"),
+    )
+
+
+def read_labels(spark: SparkSession, path: str, dataset: str, query_prefix: str, doc_prefix: str) -> DataFrame:
+    """Parsed label records, one per line; serp_id and rank are resolved later against serps."""
+    fields = F.split(F.trim(F.col("raw")), r"\s+")
+    with_prefix = lambda value, prefix: (  # noqa: E731
+        F.when(value.rlike(r"^[0-9]+$"), F.concat(F.lit(prefix), value)).otherwise(value)
+    )
+    parsed = numbered_lines(spark, path).where(F.trim("raw") != "").select(
+        "source", "line", "raw", fields.alias("f"),
+    )
+    ok = F.size("f") == 5
+    return parsed.select(
+        "source", "line", F.lit(None).cast("string").alias("record"), "raw",
+        F.when(~ok, F.lit("unparseable")).alias("parse_rule"),
+        F.when(~ok, F.format_string("expected 5 whitespace-separated fields (id session query doc relevance), got %d",
+                                    F.size("f"))).alias("parse_reason"),
+        F.lit(dataset).alias("dataset"),
+        F.when(ok, F.col("f")[1]).alias("session_id"),
+        F.when(ok, with_prefix(F.col("f")[2], query_prefix)).alias("query_id"),
+        F.lit(None).cast("string").alias("serp_id"),
+        F.when(ok, F.concat_ws("|", F.col("f")[1], F.col("f")[2], F.col("f")[3])).alias("label_key"),
+        F.when(ok, F.array(with_prefix(F.col("f")[3], doc_prefix))).alias("doc_ids"),
+        F.when(ok, F.array(F.col("f")[4])).alias("relevances"),
+    )

@@ -1,0 +1,168 @@
+"""Canonical Delta tables: explicit schemas, locations, and re-runnable writes.
+
+Every table lives at <warehouse>/<name>. A write replaces exactly the slice it
+owns (a dataset's serps, a run's rows) with Delta `replaceWhere`, so a retried
+job never duplicates rows and never touches other runs.
+"""
+
+from __future__ import annotations
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from clickeval_spark.config import validate_run_id
+
+SERPS = T.StructType([
+    T.StructField("dataset", T.StringType(), False),
+    T.StructField("split", T.StringType(), False),
+    T.StructField("session_id", T.StringType(), False),
+    T.StructField("serp_id", T.StringType(), False),
+    T.StructField("serp_pos", T.IntegerType(), False),
+    T.StructField("query_id", T.StringType(), False),
+    T.StructField("doc_ids", T.ArrayType(T.StringType(), True), False),
+    T.StructField("vtypes", T.ArrayType(T.StringType(), True), True),
+    T.StructField("clicks", T.ArrayType(T.IntegerType(), True), False),
+    T.StructField("log_date", T.DateType(), True),
+    T.StructField("ingest_run_id", T.StringType(), False),
+])
+
+RELEVANCE_LABELS = T.StructType([
+    T.StructField("dataset", T.StringType(), False),
+    T.StructField("query_id", T.StringType(), False),
+    T.StructField("doc_id", T.StringType(), False),
+    T.StructField("relevance", T.IntegerType(), False),
+    # the labelled SERP the grade belongs to, and the doc's rank on it (null for pooled labels)
+    T.StructField("serp_id", T.StringType(), True),
+    T.StructField("rank", T.IntegerType(), True),
+    T.StructField("session_id", T.StringType(), True),
+    T.StructField("ingest_run_id", T.StringType(), False),
+])
+
+QUARANTINE = T.StructType([
+    T.StructField("run_id", T.StringType(), False),
+    T.StructField("dataset", T.StringType(), False),
+    # which table the record was headed for: serps or relevance_labels
+    T.StructField("target", T.StringType(), False),
+    T.StructField("source", T.StringType(), False),
+    # 1-based line number for text inputs; null where the source has no lines (XML, Parquet)
+    T.StructField("line", T.LongType(), True),
+    # a readable locator for sources without lines: "session 3 interaction 2", "row serp_id=..."
+    T.StructField("record", T.StringType(), True),
+    T.StructField("raw", T.StringType(), True),
+    T.StructField("rule", T.StringType(), False),
+    T.StructField("reason", T.StringType(), False),
+])
+
+MODEL_PARAMS = T.StructType([
+    T.StructField("run_id", T.StringType(), False),
+    T.StructField("model", T.StringType(), False),
+    T.StructField("param", T.StringType(), False),
+    T.StructField("query_id", T.StringType(), True),
+    T.StructField("doc_id", T.StringType(), True),
+    T.StructField("rank", T.IntegerType(), True),
+    T.StructField("prev_click_rank", T.IntegerType(), True),
+    T.StructField("value", T.DoubleType(), False),
+    T.StructField("n_obs", T.DoubleType(), True),
+])
+
+RUNS = T.StructType([
+    T.StructField("run_id", T.StringType(), False),
+    T.StructField("job", T.StringType(), False),
+    T.StructField("dataset", T.StringType(), True),
+    T.StructField("status", T.StringType(), False),
+    T.StructField("started_at", T.TimestampType(), False),
+    T.StructField("finished_at", T.TimestampType(), False),
+    T.StructField("seconds", T.DoubleType(), False),
+    T.StructField("counts", T.MapType(T.StringType(), T.LongType()), True),
+    T.StructField("details", T.StringType(), True),
+    T.StructField("config", T.StringType(), True),
+])
+
+CLICK_PREDICTIONS = T.StructType([
+    T.StructField("run_id", T.StringType(), False),
+    T.StructField("model", T.StringType(), False),
+    T.StructField("dataset", T.StringType(), False),
+    T.StructField("split", T.StringType(), False),
+    T.StructField("serp_id", T.StringType(), False),
+    T.StructField("query_id", T.StringType(), True),
+    T.StructField("doc_id", T.StringType(), True),
+    T.StructField("rank", T.IntegerType(), False),
+    T.StructField("click", T.IntegerType(), False),
+    T.StructField("p_click_cond", T.DoubleType(), False),
+    T.StructField("p_click", T.DoubleType(), False),
+])
+
+RELEVANCE_SCORES = T.StructType([
+    T.StructField("run_id", T.StringType(), False),
+    T.StructField("model", T.StringType(), False),
+    T.StructField("query_id", T.StringType(), False),
+    T.StructField("doc_id", T.StringType(), False),
+    T.StructField("score", T.DoubleType(), False),
+])
+
+SCHEMAS: dict[str, T.StructType] = {
+    "serps": SERPS,
+    "relevance_labels": RELEVANCE_LABELS,
+    "quarantine": QUARANTINE,
+    "model_params": MODEL_PARAMS,
+    "runs": RUNS,
+    "click_predictions": CLICK_PREDICTIONS,
+    "relevance_scores": RELEVANCE_SCORES,
+}
+
+# the column a table is partitioned on: the unit a rerun replaces
+PARTITION_COLUMNS: dict[str, str] = {
+    "serps": "dataset",
+    "relevance_labels": "dataset",
+    "quarantine": "run_id",
+    "model_params": "run_id",
+    "runs": "run_id",
+    "click_predictions": "run_id",
+    "relevance_scores": "run_id",
+}
+
+
+def table_path(warehouse: str, name: str) -> str:
+    return f"{warehouse.rstrip('/')}/{name}"
+
+
+def conform(df: DataFrame, name: str) -> DataFrame:
+    """Select the table's columns in order, cast to its types: the write's schema contract."""
+    schema = SCHEMAS[name]
+    return df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+
+
+def replace_slice(df: DataFrame, warehouse: str, name: str, key: str, run_id: str) -> None:
+    """Write `df` as the whole slice `<partition column> = key` of table `name`.
+
+    Delta replaceWhere makes the write idempotent: a retry replaces the same slice
+    and leaves every other slice as it was. `userMetadata` tags the commit with the
+    run that made it, so `DESCRIBE HISTORY` tells which run wrote what.
+    """
+    column = PARTITION_COLUMNS[name]
+    safe_key = validate_run_id(key)  # run ids and dataset names share the safe pattern
+    (
+        conform(df, name)
+        .write.format("delta")
+        .mode("overwrite")
+        .option("replaceWhere", f"{column} = '{safe_key}'")
+        .option("userMetadata", f"clickeval run_id={validate_run_id(run_id)} table={name}")
+        .partitionBy(column)
+        .save(table_path(warehouse, name))
+    )
+
+
+def read_table(spark: SparkSession, warehouse: str, name: str) -> DataFrame:
+    return spark.read.format("delta").load(table_path(warehouse, name))
+
+
+def register_tables(spark: SparkSession, warehouse: str) -> list[str]:
+    """Expose every existing table as a temp view, so `spark.sql("SELECT ... FROM serps")` works."""
+    registered = []
+    for name in SCHEMAS:
+        if DeltaTable.isDeltaTable(spark, table_path(warehouse, name)):
+            read_table(spark, warehouse, name).createOrReplaceTempView(name)
+            registered.append(name)
+    return registered

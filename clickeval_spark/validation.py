@@ -1,0 +1,175 @@
+"""The input rules of DESIGN §3: every record either becomes a canonical row or a quarantine row.
+
+Readers produce a *parsed* frame: the canonical columns (possibly null or
+ill-formed) plus where the record came from (source, line or record locator,
+raw text) and, when the reader itself could not parse it, parse_rule and
+parse_reason. The rules below are Spark SQL expressions evaluated in one pass;
+the first rule a record breaks is its reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from clickeval_spark.config import SPLITS
+from clickeval_spark.sources.files import truncate_raw
+
+# rule codes, in the order they are checked
+SERP_RULES = (
+    "unparseable",
+    "missing_id",
+    "empty_result_list",
+    "length_mismatch",
+    "click_not_binary",
+    "rank_out_of_range",
+    "unknown_split",
+    "duplicate_serp_id",
+)
+LABEL_RULES = ("unparseable", "missing_id", "empty_result_list", "length_mismatch", "relevance_not_integer", "duplicate_label")
+
+PARSED_SERP_COLUMNS = (
+    "source", "line", "record", "raw", "parse_rule", "parse_reason",
+    "dataset", "split", "session_id", "serp_pos", "serp_id", "query_id",
+    "doc_ids", "vtypes", "clicks", "click_ranks", "result_ranks", "log_date",
+)
+
+
+@dataclass(frozen=True)
+class Checked:
+    accepted: DataFrame
+    quarantined: DataFrame
+    # input records that passed (before a labelled SERP is exploded into one row per doc)
+    accepted_records: DataFrame | None = None
+
+
+def _first_broken(rules: list[tuple[str, Column, Column]]) -> tuple[Column, Column]:
+    """(rule, reason) of the first rule whose condition holds, else nulls."""
+    rule = F.lit(None).cast("string")
+    reason = F.lit(None).cast("string")
+    for code, broken, why in reversed(rules):
+        rule = F.when(broken, F.lit(code)).otherwise(rule)
+        reason = F.when(broken, why).otherwise(reason)
+    return rule, reason
+
+
+def _blank(col: str) -> Column:
+    return F.col(col).isNull() | (F.trim(F.col(col)) == "")
+
+
+def check_serps(parsed: DataFrame, *, max_rank: int) -> Checked:
+    """Apply every SERP rule; duplicates of a serp_id keep the first record in file order."""
+    n_docs = F.size("doc_ids")
+    rules = [
+        ("unparseable", F.col("parse_rule").isNotNull(), F.col("parse_reason")),
+        ("missing_id", _blank("session_id") | _blank("query_id") | _blank("serp_id"),
+         F.lit("session id, query id and serp id must be present")),
+        ("empty_result_list", F.col("doc_ids").isNull() | (n_docs == 0), F.lit("the result list is empty")),
+        ("length_mismatch",
+         F.col("clicks").isNull() | (F.size("clicks") != n_docs)
+         | (F.col("vtypes").isNotNull() & (F.size("vtypes") != n_docs)),
+         F.format_string("%d docs, %d clicks, %d vtypes: lengths must match",
+                         n_docs, F.size("clicks"), F.coalesce(F.size("vtypes"), n_docs))),
+        ("click_not_binary", F.exists("clicks", lambda c: c.isNull() | ~c.isin(0, 1)),
+         F.concat(F.lit("click values must be 0 or 1, got "), F.to_json("clicks"))),
+        ("rank_out_of_range",
+         (n_docs > max_rank)
+         | F.coalesce(F.exists("result_ranks", lambda r: r.isNull() | (r < 1) | (r > max_rank)), F.lit(False))
+         # result ranks, where the source names them, must be exactly 1..n
+         | F.coalesce(F.col("result_ranks") != F.sequence(F.lit(1), F.greatest(n_docs, F.lit(1))), F.lit(False))
+         | F.coalesce(F.exists("click_ranks", lambda r: r.isNull() | (r < 1) | (r > n_docs)), F.lit(False)),
+         F.format_string("ranks must lie in 1..%d (list of %d results, result ranks %s, click ranks %s)",
+                         F.least(F.lit(max_rank), n_docs), n_docs,
+                         F.coalesce(F.to_json("result_ranks"), F.lit("-")),
+                         F.coalesce(F.to_json("click_ranks"), F.lit("-")))),
+        ("unknown_split", F.col("split").isNull() | ~F.col("split").isin(*SPLITS),
+         F.format_string("split %s is not one of %s", F.coalesce(F.col("split"), F.lit("null")),
+                         F.lit(", ".join(SPLITS)))),
+    ]
+    rule, reason = _first_broken(rules)
+    ruled = parsed.withColumn("rule", rule).withColumn("reason", reason)
+    first_in_file = Window.partitionBy("dataset", "serp_id").orderBy("source", "line", "record")
+    ruled = (
+        ruled.withColumn(
+            "occurrence",
+            F.when(F.col("rule").isNull(), F.row_number().over(first_in_file)),
+        )
+        .withColumn("rule", F.when(F.col("occurrence") > 1, F.lit("duplicate_serp_id")).otherwise(F.col("rule")))
+        .withColumn(
+            "reason",
+            F.when(F.col("occurrence") > 1,
+                   F.format_string("serp_id %s already seen earlier in the input", F.col("serp_id")))
+            .otherwise(F.col("reason")),
+        )
+    )
+    accepted = ruled.where(F.col("rule").isNull()).select(
+        "dataset", "split", "session_id", "serp_id", F.col("serp_pos").cast("int").alias("serp_pos"),
+        "query_id", "doc_ids", "vtypes", "clicks", "log_date",
+    )
+    return Checked(accepted, _quarantine_rows(ruled, "serps"))
+
+
+def check_labels(parsed: DataFrame) -> Checked:
+    """Label rules, one record per input line (a labelled SERP, or one TianGong label line).
+
+    Parsed label columns: source, line, record, raw, parse_rule, parse_reason, dataset,
+    session_id, query_id, serp_id, label_key (what makes a label a duplicate),
+    doc_ids array<string>, relevances array<string>. Accepted records are exploded
+    to one relevance_labels row per doc, with its 1-based rank on the labelled SERP.
+    """
+    n_docs = F.size("doc_ids")
+    rules = [
+        ("unparseable", F.col("parse_rule").isNotNull(), F.col("parse_reason")),
+        ("missing_id", _blank("query_id") | F.exists("doc_ids", lambda d: d.isNull() | (F.trim(d) == "")),
+         F.lit("query id and doc ids must be present")),
+        ("empty_result_list", F.col("doc_ids").isNull() | (n_docs == 0), F.lit("no judged documents")),
+        ("length_mismatch", F.col("relevances").isNull() | (F.size("relevances") != n_docs),
+         F.format_string("%d docs, %d relevance grades: lengths must match", n_docs, F.size("relevances"))),
+        ("relevance_not_integer",
+         F.exists("relevances", lambda r: r.isNull() | (r.cast("int").cast("string") != F.trim(r))),
+         F.concat(F.lit("relevance grades must be integers, got "), F.to_json("relevances"))),
+    ]
+    rule, reason = _first_broken(rules)
+    ruled = parsed.withColumn("rule", rule).withColumn("reason", reason)
+    first_in_file = Window.partitionBy("dataset", "label_key").orderBy("source", "line", "record")
+    ruled = (
+        ruled.withColumn("occurrence", F.when(F.col("rule").isNull(), F.row_number().over(first_in_file)))
+        .withColumn("rule", F.when(F.col("occurrence") > 1, F.lit("duplicate_label")).otherwise(F.col("rule")))
+        .withColumn(
+            "reason",
+            F.when(F.col("occurrence") > 1,
+                   F.format_string("label %s already seen earlier in the input", F.col("label_key")))
+            .otherwise(F.col("reason")),
+        )
+    )
+    passed = ruled.where(F.col("rule").isNull())
+    accepted = (
+        passed
+        .select("dataset", "session_id", "query_id", "serp_id",
+                F.posexplode(F.arrays_zip("doc_ids", "relevances")).alias("pos", "label"))
+        .select(
+            "dataset", "query_id",
+            F.col("label.doc_ids").alias("doc_id"),
+            F.trim(F.col("label.relevances")).cast("int").alias("relevance"),
+            "serp_id",
+            F.when(F.col("serp_id").isNotNull(), F.col("pos") + 1).cast("int").alias("rank"),
+            "session_id",
+        )
+    )
+    return Checked(accepted, _quarantine_rows(ruled, "relevance_labels"), accepted_records=passed)
+
+
+def _quarantine_rows(ruled: DataFrame, target: str) -> DataFrame:
+    return ruled.where(F.col("rule").isNotNull()).select(
+        "dataset",
+        F.lit(target).alias("target"),
+        "source",
+        F.col("line").cast(T.LongType()).alias("line"),
+        "record",
+        truncate_raw("raw").alias("raw"),
+        "rule",
+        "reason",
+    )

@@ -1,0 +1,473 @@
+"""Spark EM driver, predictor, sampler and model_params IO against the numpy oracle."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from chispa import assert_approx_df_equality, assert_df_equality
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from clickeval_spark.models import MODELS, get_model
+from clickeval_spark.models.base import sample_clicks
+from clickeval_spark.models.params_io import MODEL_PARAMS_SCHEMA, from_param_rows, to_param_rows
+from clickeval_spark.models.predict import PREDICTION_SCHEMA, predict_clicks, relevance_scores
+from clickeval_spark.models.sampling import sample_serps, uniform
+from clickeval_spark.models.spark_em import FittedModel, fit
+from tests.models.numpy_em import fit_numpy, gather, simulate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SERPS_SCHEMA = T.StructType([
+    T.StructField("dataset", T.StringType(), False),
+    T.StructField("split", T.StringType(), False),
+    T.StructField("session_id", T.StringType(), False),
+    T.StructField("serp_id", T.StringType(), False),
+    T.StructField("serp_pos", T.IntegerType(), False),
+    T.StructField("query_id", T.StringType(), False),
+    T.StructField("doc_ids", T.ArrayType(T.StringType(), False), False),
+    T.StructField("vtypes", T.ArrayType(T.StringType(), True), True),
+    T.StructField("clicks", T.ArrayType(T.IntegerType(), False), False),
+    T.StructField("log_date", T.DateType(), True),
+])
+
+QD_KEYS = [T.StructField("query_id", T.StringType(), True), T.StructField("doc_id", T.StringType(), True)]
+
+
+# ---------------------------------------------------------------------------
+# simulated logs
+# ---------------------------------------------------------------------------
+
+class Log:
+    """A simulated log: Spark rows plus the padded numpy view of its first M ranks."""
+
+    def __init__(self, model, *, n_serps, M, seed, n_queries=30, pool=14, extra=2, qd_true=None,
+                 g_true=None):
+        rng = np.random.default_rng(seed)
+        L = M + extra                                   # lists up to M+extra: ranks > M are ignored
+        assert pool >= L
+        self.M, self.pool, self.n_queries = M, pool, n_queries
+        self.n_pairs = n_queries * pool
+        lens = rng.integers(1, L + 1, n_serps)
+        q = rng.integers(0, n_queries, n_serps)
+        docs = np.stack([rng.permutation(pool)[:L] for _ in range(n_serps)])
+        mask_full = np.arange(L)[None, :] < lens[:, None]
+        self.mask = mask_full[:, :M]
+        self.pair = q[:, None] * pool + docs            # (B, L) pair index
+        self.qd_index = self.pair[:, :M]
+        self.qd_true = qd_true or {p: rng.uniform(0.05, 0.95, self.n_pairs) for p in model.qd_params}
+        self.g_true = g_true or {k: rng.uniform(0.2, 0.9, s) for k, s in model.global_shapes(M).items()}
+        self.clicks = simulate(model, gather(self.qd_true, self.qd_index, self.mask), self.g_true,
+                               self.mask, rng)
+        tail = ((rng.random((n_serps, extra)) < 0.5) & mask_full[:, M:]).astype(np.int8)
+        clicks_full = np.concatenate([self.clicks, tail], axis=1)
+        self.rows = [
+            ("sim", "train", f"s{i // 3}", f"serp{i}", i % 3 + 1, f"q{q[i]}",
+             [self.doc_name(docs[i, r]) for r in range(lens[i])],
+             ["web"] * int(lens[i]), [int(c) for c in clicks_full[i, :lens[i]]], None)
+            for i in range(n_serps)
+        ]
+
+    @staticmethod
+    def doc_name(j):
+        return f"d{j}"
+
+    def pair_key(self, idx):
+        return f"q{idx // self.pool}", self.doc_name(idx % self.pool)
+
+    def df(self, spark):
+        return spark.createDataFrame(self.rows, SERPS_SCHEMA)
+
+    def seen_pairs(self):
+        idx = self.qd_index[self.mask]
+        counts = np.bincount(idx, minlength=self.n_pairs)
+        return np.nonzero(counts)[0], counts
+
+
+def qd_frame(spark, log, params, values, counts, pairs):
+    schema = T.StructType(QD_KEYS + [T.StructField(p, T.DoubleType(), True) for p in params]
+                          + [T.StructField("n_obs", T.DoubleType(), True)])
+    rows = [(*log.pair_key(i), *[float(values[p][i]) for p in params], float(counts[i])) for i in pairs]
+    return spark.createDataFrame(rows, schema)
+
+
+# ---------------------------------------------------------------------------
+# fit == numpy oracle, every registered model
+# ---------------------------------------------------------------------------
+
+ITERATIONS = 3
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_fit_matches_numpy_oracle(spark, name):
+    model = get_model(name)
+    M = 8
+    log = Log(model, n_serps=2000, M=M, seed=11 + len(name))
+    fitted = fit(log.df(spark), model, iterations=ITERATIONS, max_rank=M)
+
+    qd_np, glob_np, hist_np = fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask,
+                                        ITERATIONS, M)
+    params = list(model.qd_params)
+    pairs, counts = log.seen_pairs()
+    if params:
+        expected = qd_frame(spark, log, params, qd_np, counts, pairs)
+        assert_approx_df_equality(fitted.qd.select("query_id", "doc_id", *params, "n_obs"), expected,
+                                  1e-9, ignore_nullable=True, ignore_row_order=True)
+    else:
+        assert fitted.qd.count() == 0
+    assert sorted(fitted.glob) == sorted(glob_np)
+    for k in glob_np:
+        assert fitted.glob[k].shape == model.global_shapes(M)[k]
+        np.testing.assert_allclose(fitted.glob[k], glob_np[k], rtol=0, atol=1e-9, err_msg=k)
+
+    # history: iteration 0 (start) + one entry per iteration, LL = mean per SERP of the
+    # parameters that iteration produced == the oracle's total LL / n_serps
+    n_iter = ITERATIONS if model.iterative else 1
+    assert [h[0] for h in fitted.history] == list(range(n_iter + 1))
+    np.testing.assert_allclose([h[1] * len(log.rows) for h in fitted.history[1:]], hist_np,
+                               rtol=1e-10)
+    assert all(h[2] > 0 for h in fitted.history[1:])
+
+    # prior = pooled num / den over all pairs from the final pass's statistics
+    if params:
+        stats = model.expected_stats(gather(last_input_params(model, log, n_iter), log.qd_index, log.mask),
+                                     last_input_glob(model, log, n_iter), log.clicks, log.mask)
+        for p in params:
+            num, den = stats.qd[p]
+            assert fitted.prior[p] == pytest.approx(num[log.mask].sum() / den[log.mask].sum(), abs=1e-12)
+    else:
+        assert fitted.prior == {}
+
+
+def last_input_params(model, log, n_iter):
+    """Parameters entering the final iteration (the oracle run one iteration shorter)."""
+    if n_iter == 1:
+        from clickeval_spark.models.base import INIT_VALUE
+        return {p: np.full(log.n_pairs, INIT_VALUE) for p in model.qd_params}
+    return fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask, n_iter - 1, log.M)[0]
+
+
+def last_input_glob(model, log, n_iter):
+    if n_iter == 1:
+        return model.init_global(log.M)
+    return fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask, n_iter - 1, log.M)[1]
+
+
+def test_fit_em_ll_increases_and_tol_stops_early(spark, caplog):
+    model = get_model("pbm")
+    log = Log(model, n_serps=600, M=6, seed=3)
+    df = log.df(spark)
+    logger = logging.getLogger("test_spark_em")
+    with caplog.at_level(logging.INFO, logger="test_spark_em"):
+        full = fit(df, model, iterations=4, max_rank=6, logger=logger)
+    lls = [h[1] for h in full.history]
+    assert [h[0] for h in full.history] == [0, 1, 2, 3, 4]
+    assert all(b > a for a, b in zip(lls, lls[1:])), lls        # EM never decreases the LL
+    assert [r.getMessage() for r in caplog.records if "iteration" in r.getMessage()][-1].startswith(
+        "pbm iteration 4: train LL")
+    # a tolerance just above the first improvement stops after the pass that sees it
+    tol = abs(lls[2] - lls[1]) * 1.0001
+    early = fit(df, model, iterations=20, tol=tol, max_rank=6)
+    assert [h[0] for h in early.history] == [0, 1, 2, 3]
+    np.testing.assert_allclose([h[1] for h in early.history], lls[:4], rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# predict
+# ---------------------------------------------------------------------------
+
+def hand_fitted(spark, model, log, seed, prior_value=0.37):
+    """A FittedModel with random parameters for half of the pairs; the rest are unseen."""
+    rng = np.random.default_rng(seed)
+    params = list(model.qd_params)
+    values = {p: rng.uniform(0.05, 0.95, log.n_pairs) for p in params}
+    known = np.arange(log.n_pairs)[rng.random(log.n_pairs) < 0.5]
+    counts = rng.integers(1, 50, log.n_pairs)
+    qd = (qd_frame(spark, log, params, values, counts, known) if params
+          else spark.createDataFrame([], "query_id string, doc_id string, n_obs double"))
+    glob = {k: rng.uniform(0.2, 0.9, s) for k, s in model.global_shapes(log.M).items()}
+    prior = {p: prior_value + 0.1 * i for i, p in enumerate(params)}
+    # the numpy view: every pair's value, unseen pairs at the prior
+    full = {p: np.where(np.isin(np.arange(log.n_pairs), known), values[p], prior[p]) for p in params}
+    return FittedModel(model=model, max_rank=log.M, qd=qd, glob=glob, prior=prior), full, known
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_predict_matches_kernel(spark, name):
+    model = get_model(name)
+    log = Log(model, n_serps=60, M=6, seed=5, n_queries=4, pool=9, extra=3)
+    fitted, full, known = hand_fitted(spark, model, log, seed=17)
+    qd = gather(full, log.qd_index, log.mask)
+    p_cond = model.cond_probs(qd, fitted.glob, log.clicks, log.mask)
+    p_click = model.click_probs(qd, fitted.glob, log.mask)
+    expected_rows = []
+    for b, row in enumerate(log.rows):
+        for r in range(log.M):
+            if log.mask[b, r]:
+                expected_rows.append((row[0], row[1], row[3], row[5], row[6][r], r + 1,
+                                      int(log.clicks[b, r]), float(p_cond[b, r]), float(p_click[b, r])))
+    expected = spark.createDataFrame(expected_rows, PREDICTION_SCHEMA)
+    got = predict_clicks(log.df(spark), fitted)
+    assert got.columns == expected.columns
+    assert_approx_df_equality(got, expected, 1e-12, ignore_nullable=True, ignore_row_order=True)
+    if model.qd_params:
+        # the log does show unseen pairs, so the prior was exercised
+        assert not np.isin(log.qd_index[log.mask], known).all()
+
+
+def test_predict_unseen_pair_gets_prior(spark):
+    model = get_model("pbm")
+    qd = spark.createDataFrame([("q1", "a", 0.8, 3.0)], "query_id string, doc_id string, alpha double, n_obs double")
+    fitted = FittedModel(model=model, max_rank=3, qd=qd, glob={"gamma": np.array([0.9, 0.5, 0.25])},
+                         prior={"alpha": 0.2})
+    serps = spark.createDataFrame(
+        [("t", "test", "s", "x", 1, "q1", ["a", "b", "a", "c"], None, [1, 0, 0, 1], None),
+         ("t", "test", "s", "y", 2, "q2", ["a"], None, [0], None)], SERPS_SCHEMA)
+    got = predict_clicks(serps, fitted).select("serp_id", "doc_id", "rank", "click", "p_click_cond")
+    expected = spark.createDataFrame(
+        [("x", "a", 1, 1, 0.8 * 0.9), ("x", "b", 2, 0, 0.2 * 0.5), ("x", "a", 3, 0, 0.8 * 0.25),
+         ("y", "a", 1, 0, 0.2 * 0.9)],   # (q2, a) is unseen although (q1, a) is known
+        "serp_id string, doc_id string, rank int, click int, p_click_cond double")
+    assert_approx_df_equality(got, expected, 1e-15, ignore_nullable=True, ignore_row_order=True)
+
+
+def test_relevance_scores(spark):
+    log = Log(get_model("dbn"), n_serps=10, M=4, seed=1, n_queries=3, pool=6)
+    fitted, full, known = hand_fitted(spark, get_model("dbn"), log, seed=2)
+    expected = spark.createDataFrame(
+        [(*log.pair_key(i), float(full["alpha"][i] * full["sigma"][i])) for i in known],
+        "query_id string, doc_id string, score double")
+    assert_approx_df_equality(relevance_scores(fitted), expected, 1e-15, ignore_nullable=True,
+                              ignore_row_order=True)
+    pbm, pfull, pknown = hand_fitted(spark, get_model("pbm"), log, seed=2)
+    got = {(r.query_id, r.doc_id): r.score for r in relevance_scores(pbm).collect()}
+    assert got == {log.pair_key(i): pytest.approx(pfull["alpha"][i], abs=1e-15) for i in pknown}
+    gctr, _, _ = hand_fitted(spark, get_model("gctr"), log, seed=2)
+    with pytest.raises(ValueError, match="gctr"):
+        relevance_scores(gctr)
+
+
+# ---------------------------------------------------------------------------
+# sampling
+# ---------------------------------------------------------------------------
+
+def sorted_rows(df):
+    return df.orderBy("serp_id", "sample_idx")
+
+
+def test_sampling_same_rows_on_any_partitioning(spark):
+    model = get_model("dbn")
+    log = Log(model, n_serps=150, M=6, seed=8, n_queries=5, pool=9)
+    fitted, _, _ = hand_fitted(spark, model, log, seed=4)
+    df = log.df(spark)
+    one = sample_serps(df.repartition(1), fitted, k=4, seed=123)
+    eight = sample_serps(df.repartition(8), fitted, k=4, seed=123)
+    assert_df_equality(sorted_rows(one), sorted_rows(eight), ignore_nullable=True)
+    assert one.columns == df.columns + ["sample_idx"]
+    assert one.count() == 4 * len(log.rows)
+    # lists cut to max_rank, clicks really sampled (not the observed ones), seed matters
+    r = one.filter(F.size("doc_ids") > 6).count()
+    assert r == 0
+    other = sample_serps(df, fitted, k=4, seed=124)
+    differ = sorted_rows(one).select("clicks").collect() != sorted_rows(other).select("clicks").collect()
+    assert differ
+
+
+def test_sampling_follows_kernel_given_the_hashed_uniforms(spark):
+    model = get_model("ubm")
+    log = Log(model, n_serps=80, M=5, seed=9, n_queries=4, pool=8)
+    fitted, full, _ = hand_fitted(spark, model, log, seed=6)
+    k, seed = 3, 99
+    got = sample_serps(log.df(spark), fitted, k=k, seed=seed).select("serp_id", "sample_idx", "clicks")
+    got = {(r.serp_id, r.sample_idx): r.clicks for r in got.collect()}
+    # the uniforms, recomputed independently of the sampler's plumbing
+    u_df = (spark.createDataFrame([(row[3],) for row in log.rows], "serp_id string")
+            .crossJoin(spark.range(k).select(F.col("id").cast("int").alias("sample_idx")))
+            .crossJoin(spark.range(1, log.M + 1).select(F.col("id").cast("int").alias("rank")))
+            .select("serp_id", "sample_idx", "rank",
+                    uniform(seed, F.col("serp_id"), F.col("sample_idx"), F.col("rank")).alias("u")))
+    u = np.ones((len(log.rows), k, log.M))
+    pos = {row[3]: b for b, row in enumerate(log.rows)}
+    for r in u_df.collect():
+        u[pos[r.serp_id], r.sample_idx, r.rank - 1] = r.u
+    assert ((u >= 0) & (u < 1)).all() and 0.3 < u.mean() < 0.7
+    qd = gather(full, log.qd_index, log.mask)
+    for s in range(k):
+        expected = sample_clicks(model, qd, fitted.glob, log.mask, u[:, s, :])
+        for b, row in enumerate(log.rows):
+            n = min(len(row[6]), log.M)
+            assert got[(row[3], s)] == [int(c) for c in expected[b, :n]], (row[3], s)
+
+
+@pytest.mark.parametrize("name", ["dbn", "cm"])
+def test_sampled_click_rates_match_click_probs(spark, name):
+    model = get_model(name)
+    log = Log(model, n_serps=40, M=6, seed=12, n_queries=4, pool=8)
+    fitted, full, _ = hand_fitted(spark, model, log, seed=13)
+    k = 600
+    samples = sample_serps(log.df(spark), fitted, k=k, seed=5)
+    rates = (samples.select("serp_id", F.posexplode("clicks").alias("pos", "c"))
+             .groupBy("serp_id", "pos").agg(F.avg("c").alias("rate"), F.count("c").alias("n"))
+             .collect())
+    p = model.click_probs(gather(full, log.qd_index, log.mask), fitted.glob, log.mask)
+    pos = {row[3]: b for b, row in enumerate(log.rows)}
+    z = []
+    for r in rates:
+        assert r.n == k
+        pr = p[pos[r.serp_id], r.pos]
+        se = math.sqrt(max(pr * (1 - pr), 1e-4) / k)
+        z.append((r.rate - pr) / se)
+    assert len(z) == int(log.mask.sum())
+    assert max(abs(x) for x in z) < 5.0
+    if name == "cm":  # the cascade stops at the first click: a chain-rule property, not a marginal
+        assert samples.filter(F.aggregate("clicks", F.lit(0), lambda a, c: a + c) > 1).count() == 0
+
+
+def test_sampling_deterministic(spark):
+    model = get_model("pbm")
+    log = Log(model, n_serps=50, M=5, seed=2, n_queries=3, pool=8)
+    fitted, full, _ = hand_fitted(spark, model, log, seed=3)
+    got = sample_serps(log.df(spark), fitted, k=2, seed=1, deterministic=True).collect()
+    expected = sample_clicks(model, gather(full, log.qd_index, log.mask), fitted.glob, log.mask,
+                             np.zeros(log.mask.shape), deterministic=True)
+    pos = {row[3]: b for b, row in enumerate(log.rows)}
+    assert len(got) == 2 * len(log.rows)
+    for r in got:
+        b = pos[r.serp_id]
+        assert r.clicks == [int(c) for c in expected[b, :len(r.clicks)]]
+    assert expected.sum() > 0 and (expected[log.mask] == 0).sum() > 0
+
+
+# ---------------------------------------------------------------------------
+# model_params round trip
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["ubm", "ccm", "dbn", "gctr"])
+def test_param_rows_round_trip(spark, warehouse, name):
+    model = get_model(name)
+    log = Log(model, n_serps=40, M=5, seed=21, n_queries=3, pool=7)
+    fitted, _, known = hand_fitted(spark, model, log, seed=22)
+    rows = to_param_rows(fitted, "run-1")
+    assert rows.schema.simpleString() == T._parse_datatype_string(MODEL_PARAMS_SCHEMA).simpleString()
+    path = str(Path(warehouse) / "model_params")
+    rows.write.format("delta").mode("overwrite").save(path)
+    stored = spark.read.format("delta").load(path)
+
+    n_glob = sum(int(np.prod(s)) for s in model.global_shapes(5).values())
+    assert stored.count() == len(known) * len(model.qd_params) + n_glob + len(model.qd_params)
+    if name == "ubm":   # gamma (M, M+1): rank 1..M, prev_click_rank 0..M
+        g = stored.filter(F.col("param") == "gamma").agg(F.min("rank"), F.max("rank"), F.min("prev_click_rank"),
+                                                          F.max("prev_click_rank"), F.count("*")).first()
+        assert tuple(g) == (1, 5, 0, 5, 30)
+        one = stored.filter((F.col("param") == "gamma") & (F.col("rank") == 3)
+                            & (F.col("prev_click_rank") == 2)).first().value
+        assert one == fitted.glob["gamma"][2, 2]
+    if name == "ccm":   # tau (3,) does not depend on M: scalars tau1..tau3
+        taus = {r.param: r.value for r in stored.filter(F.col("param").startswith("tau")).collect()}
+        assert taus == {f"tau{i + 1}": fitted.glob["tau"][i] for i in range(3)}
+        assert stored.filter(F.col("param").startswith("tau") & F.col("rank").isNotNull()).count() == 0
+    if name == "dbn":
+        keys = stored.filter(F.col("param") == "prior_sigma").first()
+        assert keys.value == fitted.prior["sigma"] and keys.query_id is None and keys.rank is None
+
+    back = from_param_rows(stored.unionByName(to_param_rows(fitted, "run-2")), model, "run-1", 5)
+    assert back.prior == fitted.prior
+    assert sorted(back.glob) == sorted(fitted.glob)
+    for k in fitted.glob:
+        np.testing.assert_array_equal(back.glob[k], fitted.glob[k])
+    assert_df_equality(back.qd, fitted.qd, ignore_nullable=True, ignore_row_order=True)
+    assert_df_equality(predict_clicks(log.df(spark), back), predict_clicks(log.df(spark), fitted),
+                       ignore_nullable=True, ignore_row_order=True)
+
+
+# ---------------------------------------------------------------------------
+# scale: 1 MB driver result limit, >= 200k (query, doc) pairs generated in Spark
+# ---------------------------------------------------------------------------
+
+SCALE_SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    from pyspark.sql import functions as F
+    from clickeval_spark.session import build_session
+    from clickeval_spark.models import get_model
+    from clickeval_spark.models.spark_em import fit
+
+    N_SERPS, N_QUERIES, POOL, M = {n_serps}, {n_queries}, {pool}, 10
+    spark = build_session("scale-test", master="local[2]", warehouse=sys.argv[1], embedded=True, conf={{
+        "spark.driver.maxResultSize": "1m",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }})
+    assert spark.sparkContext.getConf().get("spark.driver.maxResultSize") == "1m"
+    # the limit bites: collecting ~5 MB of rows fails
+    try:
+        spark.range(600_000).collect()
+        sys.exit("maxResultSize did not stop a 5 MB collect")
+    except Exception as e:
+        assert "maxResultSize" in str(e), e
+    # every SERP: a query, 10 consecutive docs of the query's pool from a hashed offset,
+    # clicks from a hashed coin whose rate falls with rank
+    serps = spark.range(N_SERPS).select(
+        F.lit("scale").alias("dataset"), F.lit("train").alias("split"),
+        F.col("id").cast("string").alias("session_id"), F.concat(F.lit("s"), F.col("id")).alias("serp_id"),
+        F.lit(1).alias("serp_pos"),
+        F.concat(F.lit("q"), (F.col("id") % N_QUERIES).cast("string")).alias("query_id"),
+        F.transform(F.sequence(F.lit(0), F.lit(M - 1)), lambda r: F.concat(
+            F.lit("d"), F.pmod(F.xxhash64(F.col("id"), F.lit(7)) + r, F.lit(POOL)).cast("string"))).alias("doc_ids"),
+        F.lit(None).cast("array<string>").alias("vtypes"),
+        F.transform(F.sequence(F.lit(0), F.lit(M - 1)), lambda r: (
+            F.pmod(F.xxhash64(F.col("id"), r), F.lit(1000)) < F.lit(400) / (r + 1)).cast("int")).alias("clicks"),
+        F.lit(None).cast("date").alias("log_date"),
+    )
+    serps = serps.cache()
+    out = {{"n_serps": serps.count()}}
+    out["n_pairs"] = serps.select("query_id", F.explode("doc_ids").alias("d")).distinct().count()
+    for name in ("pbm", "dbn"):
+        t = time.perf_counter()
+        fitted = fit(serps, get_model(name), iterations=2, max_rank=M)
+        out[name] = {{
+            "seconds": time.perf_counter() - t,
+            "iteration_seconds": [h[2] for h in fitted.history[1:]],
+            "ll": [h[1] for h in fitted.history],
+            "qd_rows": fitted.qd.count(),
+        }}
+    print("RESULT " + json.dumps(out))
+    spark.stop()
+""")
+
+
+@pytest.fixture(scope="module")
+def scale_run(tmp_path_factory):
+    """Fit PBM and DBN in a dedicated session (maxResultSize = 1m must be set before its
+    SparkContext starts), in a subprocess so the shared test session is untouched."""
+    script = tmp_path_factory.mktemp("scale") / "scale_fit.py"
+    script.write_text(SCALE_SCRIPT.format(n_serps=80_000, n_queries=25_000, pool=12))
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, str(script), str(script.parent / "wh")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    return proc
+
+
+def test_scale_fit_under_1mb_driver_results(scale_run):
+    proc = scale_run
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    out = json.loads(line[len("RESULT "):])
+    print(json.dumps(out, indent=1))
+    assert out["n_serps"] == 80_000
+    assert out["n_pairs"] >= 200_000
+    for name in ("pbm", "dbn"):
+        r = out[name]
+        assert r["qd_rows"] == out["n_pairs"]
+        assert len(r["ll"]) == 3 and all(math.isfinite(x) for x in r["ll"])
+        assert r["ll"][2] > r["ll"][0]
