@@ -129,7 +129,7 @@ def check_labels(parsed: DataFrame) -> Checked:
         ("length_mismatch", F.col("relevances").isNull() | (F.size("relevances") != n_docs),
          F.format_string("%d docs, %d relevance grades: lengths must match", n_docs, F.size("relevances"))),
         ("relevance_not_integer",
-         F.exists("relevances", lambda r: r.isNull() | (r.cast("int").cast("string") != F.trim(r))),
+         F.exists("relevances", lambda r: r.isNull() | r.try_cast("int").isNull() | (r.try_cast("int").cast("string") != F.trim(r))),
          F.concat(F.lit("relevance grades must be integers, got "), F.to_json("relevances"))),
     ]
     rule, reason = _first_broken(rules)
@@ -153,7 +153,7 @@ def check_labels(parsed: DataFrame) -> Checked:
         .select(
             "dataset", "query_id",
             F.col("label.doc_ids").alias("doc_id"),
-            F.trim(F.col("label.relevances")).cast("int").alias("relevance"),
+            F.trim(F.col("label.relevances")).try_cast("int").alias("relevance"),
             "serp_id",
             F.when(F.col("serp_id").isNotNull(), F.col("pos") + 1).cast("int").alias("rank"),
             "session_id",

@@ -15,6 +15,7 @@ def spark(tmp_path_factory):
             "spark.sql.shuffle.partitions": "4",
             "spark.default.parallelism": "4",
             "spark.ui.enabled": "false",
+            "spark.databricks.delta.snapshotPartitions": "2",
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.memory": "4g",
             "spark.sql.execution.arrow.pyspark.enabled": "true",

@@ -28,9 +28,12 @@ def read_serps(spark: SparkSession, path: str, dataset: str, fmt: str) -> DataFr
     for name, dtype in optional.items():
         if name not in rows.columns:
             rows = rows.withColumn(name, F.lit(None).cast(dtype))
+    if fmt == "parquet":  # Parquet knows each row's file and position: "line" is the 1-based row number
+        where = [F.col("_metadata.file_path").alias("source"), (F.col("_metadata.row_index") + 1).alias("line")]
+    else:
+        where = [F.lit(path).alias("source"), F.lit(None).cast("long").alias("line")]
     return rows.select(
-        F.lit(path).alias("source"),
-        F.lit(None).cast("long").alias("line"),
+        *where,
         F.concat(F.lit("serp_id="), F.coalesce(F.col("serp_id").cast("string"), F.lit("null"))).alias("record"),
         F.to_json(F.struct(*[F.col(c) for c in rows.columns])).alias("raw"),
         F.lit(None).cast("string").alias("parse_rule"),
@@ -38,17 +41,17 @@ def read_serps(spark: SparkSession, path: str, dataset: str, fmt: str) -> DataFr
         F.lit(dataset).alias("dataset"),
         F.col("split").cast("string").alias("split"),
         F.col("session_id").cast("string").alias("session_id"),
-        F.col("serp_pos").cast("int").alias("serp_pos"),
+        F.col("serp_pos").try_cast("int").alias("serp_pos"),
         # a row without serp_id is named after its session and position (null position: missing_id)
         F.coalesce(F.col("serp_id").cast("string"),
                    F.concat(F.col("session_id").cast("string"), F.lit("-"), F.col("serp_pos").cast("string")))
         .alias("serp_id"),
         F.col("query_id").cast("string").alias("query_id"),
-        F.col("doc_ids").cast("array<string>").alias("doc_ids"),
-        F.col("vtypes").cast("array<string>").alias("vtypes"),
-        F.col("clicks").cast("array<int>").alias("clicks"),
-        F.lit(None).cast("array<int>").alias("click_ranks"),
-        F.lit(None).cast("array<int>").alias("result_ranks"),
-        F.col("log_date").cast("date").alias("log_date"),
+        F.col("doc_ids").try_cast("array<string>").alias("doc_ids"),
+        F.col("vtypes").try_cast("array<string>").alias("vtypes"),
+        F.col("clicks").try_cast("array<int>").alias("clicks"),
+        F.lit(None).try_cast("array<int>").alias("click_ranks"),
+        F.lit(None).try_cast("array<int>").alias("result_ranks"),
+        F.col("log_date").try_cast("date").alias("log_date"),
     )
 

@@ -76,10 +76,10 @@ def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
             F.col("it.query_id").alias("query_id"),
             F.array_sort(
                 F.transform(F.coalesce(F.col("it.results.result"), F.array()),
-                            lambda r: F.struct(r["_rank"].cast("int").alias("rank"), r.alias("r"))),
+                            lambda r: F.struct(r["_rank"].try_cast("int").alias("rank"), r.alias("r"))),
             ).alias("results"),
             F.transform(F.coalesce(F.col("it.clicked.click"), F.array()),
-                        lambda c: F.trim(c["rank"]).cast("int")).alias("click_ranks"),
+                        lambda c: F.trim(c["rank"]).try_cast("int")).alias("click_ranks"),
             F.to_json("it").alias("raw"),
         )
     )
@@ -87,12 +87,12 @@ def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
         "source",
         F.format_string("session %s interaction %s", "session_id", F.coalesce("interaction", F.lit("?"))).alias("record"),
         "raw",
-        F.when(F.col("interaction").isNull() | F.col("interaction").cast("int").isNull(), F.lit("unparseable"))
+        F.when(F.col("interaction").isNull() | F.col("interaction").try_cast("int").isNull(), F.lit("unparseable"))
         .alias("parse_rule"),
-        F.when(F.col("interaction").isNull() | F.col("interaction").cast("int").isNull(),
+        F.when(F.col("interaction").isNull() | F.col("interaction").try_cast("int").isNull(),
                F.lit("<interaction> has no numeric num attribute")).alias("parse_reason"),
         "session_id",
-        F.col("interaction").cast("int").alias("serp_pos"),
+        F.col("interaction").try_cast("int").alias("serp_pos"),
         F.concat_ws("-", "session_id", "interaction").alias("serp_id"),
         "query_id",
         F.transform("results", lambda x: F.trim(x["r"]["docid"])).alias("doc_ids"),

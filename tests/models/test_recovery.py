@@ -24,7 +24,8 @@ B, M, Q, D = 150_000, 10, 100, 10
 MIN_IMPRESSIONS = 200
 QD_TOL = 0.05      # mean |fitted - true| over pairs with >= MIN_IMPRESSIONS
 GLOBAL_TOL = 0.03  # max |fitted - true| over per-rank / global parameters
-CLICK_TOL = 0.01   # mean |implied P(C_r = 1) fitted - true| over the log
+BIAS_TOL = 0.01    # |mean signed error| over the same pairs
+CLICK_TOL = 0.015  # mean |implied P(C_r = 1) fitted - true| over the log
 
 ITERATIONS = {"pbm": 30, "ubm": 40, "dcm": 20, "ccm": 40, "dbn": 30}
 
@@ -110,17 +111,21 @@ def test_recovers_own_parameters(name, log):
     f_qd, f_g = comparable(name, qd_fit, g_fit)
     report = {}
     for k in model.qd_params:
-        err = np.abs(f_qd[k] - t_qd[k])[well_seen]
-        report[k] = err.mean()
-        assert err.mean() < QD_TOL, (name, k, err.mean())
+        diff = (f_qd[k] - t_qd[k])[well_seen]
+        report[k] = np.abs(diff).mean()
+        report[k + "_signed"] = diff.mean()
     for k in t_g:
-        err = np.abs(f_g[k] - t_g[k]).max()
-        report[k] = err
-        assert err < GLOBAL_TOL, (name, k, f_g[k], t_g[k])
-    click_err = implied_click_error(model, qd_index, mask, qd_fit, g_fit, qd_true, g_true)
-    report["click_probs"] = click_err
+        report[k] = np.abs(f_g[k] - t_g[k]).max()
+    report["click_probs"] = implied_click_error(model, qd_index, mask, qd_fit, g_fit, qd_true, g_true)
     print(name, {k: round(float(v), 4) for k, v in report.items()})
-    assert click_err < CLICK_TOL
+
+    for k in model.qd_params:
+        assert report[k] < QD_TOL, (name, k, report)
+        # No systematic offset either (measured |signed mean| <= 0.0035 for every model).
+        assert abs(report[k + "_signed"]) < BIAS_TOL, (name, k, report)
+    for k in t_g:
+        assert report[k] < GLOBAL_TOL, (name, k, f_g[k], t_g[k])
+    assert report["click_probs"] < CLICK_TOL, (name, report)
 
 
 # --- SDBN: a counting estimator that is biased under its own generative model ---------
@@ -176,6 +181,10 @@ def test_sdbn_recovers_its_population_limit_and_its_bias_is_upward(log):
         print(f"sdbn {k}: mean |fit - limit| {noise:.4f}; bias limit - truth: mean {bias.mean():.4f}"
               f" max {bias.max():.4f}; mean |fit - truth| "
               f"{np.abs(qd_fit[k] - qd_true[k])[well_seen].mean():.4f}")
-        assert noise < QD_TOL / 2, (k, noise)
-        assert bias.min() >= -1e-12  # never below the truth
-        assert bias.mean() > 0.003   # and measurably above it
+        # The fit scatters around the limit (no systematic offset; the signed mean over
+        # ~1000 pairs has noise ~0.001) ...
+        assert noise < QD_TOL, (k, noise)
+        assert abs((qd_fit[k] - lim)[well_seen].mean()) < 0.004
+        # ... and the limit is never below the truth, and measurably above it on average.
+        assert bias.min() >= -1e-12
+        assert bias.mean() > 0.004
