@@ -30,10 +30,10 @@ from clickeval_spark.models.spark_em import FittedModel
 _BITS = (1 << 53) - 1
 
 
-def _uniform(seed: int, *parts: Column | str) -> Column:
-    """U[0, 1) as a pure function of (seed, parts)."""
-    cols = [F.lit(p) if isinstance(p, str) else p for p in parts]
-    return F.xxhash64(F.lit(seed), *cols).bitwiseAND(F.lit(_BITS)).cast("double") / float(1 << 53)
+def _uniform(seed: int, salt: str, *cols: Column | str) -> Column:
+    """U[0, 1) as a pure function of (seed, salt, column values); the salt separates the draws."""
+    return (F.xxhash64(F.lit(seed), F.lit(salt), *[F.col(c) if isinstance(c, str) else c for c in cols])
+            .bitwiseAND(F.lit(_BITS)).cast("double") / float(1 << 53))
 
 
 def true_globals(model_name: str, M: int) -> dict[str, np.ndarray]:

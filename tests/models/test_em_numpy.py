@@ -71,7 +71,7 @@ def test_em_converges_to_a_stationary_point_of_the_likelihood(name):
     model = get_model(name)
     qd_true, g_true = random_truth(model, n_pairs, M, rng)
     clicks = simulate(model, gather(qd_true, qd_index, mask), g_true, mask, rng)
-    qd_fit, g_fit, hist = fit_numpy(model, qd_index, n_pairs, clicks, mask, 500, M)
+    qd_fit, g_fit, _ = fit_numpy(model, qd_index, n_pairs, clicks, mask, 500, M)
 
     def ll(qd, g):
         return total_log_likelihood(model, qd, g, qd_index, clicks, mask)

@@ -1,0 +1,48 @@
+import numpy as np
+from pyspark.sql import functions as F
+
+from clickeval_spark.config import IngestConfig, SyntheticConfig
+from clickeval_spark.sources import synthetic
+from clickeval_spark.tables import read_table
+
+
+def _cfg(**kw):
+    return IngestConfig(dataset="syn", format="synthetic",
+                        synthetic=SyntheticConfig(n_serps=3000, n_queries=50, seed=11, **kw))
+
+
+def test_same_log_for_any_partitioning_and_truth_is_written(spark, warehouse):
+    cfg = _cfg(model="pbm")
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
+    a, labels = synthetic.generate(spark, cfg, warehouse, "r1")
+    rows_a = a.select("serp_id", "query_id", "doc_ids", "clicks").orderBy("serp_id").collect()
+    spark.conf.set("spark.sql.shuffle.partitions", "8")
+    b, _ = synthetic.generate(spark, cfg, warehouse, "r1")
+    rows_b = b.select("serp_id", "query_id", "doc_ids", "clicks").orderBy("serp_id").collect()
+    spark.conf.set("spark.sql.shuffle.partitions", "4")
+    assert rows_a == rows_b and len(rows_a) == 3000
+
+    truth = read_table(spark, warehouse, "model_params").where("run_id = 'truth-syn'")
+    gamma = [r["value"] for r in truth.where("param = 'gamma'").orderBy("rank").collect()]
+    np.testing.assert_allclose(gamma, 0.98 * np.arange(1, 11) ** -0.7)
+    assert truth.where("param = 'alpha'").count() == 50 * 15
+    assert labels.count() == 50 * 15
+
+
+def test_shape_is_tiangong_like_and_clicks_follow_the_truth(spark, warehouse):
+    serps, _ = synthetic.generate(spark, _cfg(model="pbm"), warehouse, "r2")
+    serps = serps.cache()
+    assert serps.where(F.size("doc_ids") != 10).count() == 0
+    # Zipf-like: the most frequent query carries far more SERPs than the median one
+    freq = sorted((r["count"] for r in serps.groupBy("query_id").count().collect()), reverse=True)
+    assert freq[0] > 8 * freq[len(freq) // 2]
+    # PBM truth: CTR at rank r = gamma_r * E[alpha of the doc shown there]; clicks decay with rank
+    ctr = [serps.select(F.avg(F.col("clicks")[r])).first()[0] for r in range(10)]
+    assert ctr[0] > ctr[4] > ctr[9] > 0
+    truth = read_table(spark, warehouse, "model_params").where("run_id = 'truth-syn' AND param = 'alpha'")
+    shown = serps.select("query_id", F.posexplode("doc_ids").alias("pos", "doc_id"),
+                         F.col("clicks").alias("c"))
+    expected = (shown.join(truth.select("query_id", "doc_id", F.col("value").alias("alpha")),
+                           on=["query_id", "doc_id"], how="inner")
+                .where("pos = 0").select(F.avg("alpha")).first()[0])
+    assert abs(ctr[0] - 0.98 * expected) < 0.03  # 3,000 Bernoulli draws: sd < 0.01

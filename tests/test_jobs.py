@@ -1,0 +1,33 @@
+"""Job entry points: one clear line for bad input, exit code 2, nothing half-written."""
+
+from jobs import ingest as ingest_job
+
+
+def test_missing_input_file_fails_with_one_line(spark, tmp_path, capsys):
+    missing = tmp_path / "nope.txt"
+    rc = ingest_job.main([
+        "--run-id", "bad-1",
+        "--set", f"spark.warehouse={tmp_path / 'wh'}",
+        "--set", "ingest.format=per_query_text",
+        "--set", f"ingest.paths={{train: {missing}}}",
+    ])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert err == [f"clickeval ingest: error: {missing}: cannot be read (no such file)"]
+
+
+def test_bad_config_fails_before_spark_work(tmp_path, capsys):
+    rc = ingest_job.main(["--set", "ingest.format=csv"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "ingest.format: 'csv' is not allowed" in err
+
+
+def test_not_canonical_parquet_names_the_file(spark, tmp_path, capsys):
+    path = tmp_path / "x.parquet"
+    spark.createDataFrame([(1,)], "a int").write.parquet(str(path))
+    rc = ingest_job.main([
+        "--run-id", "bad-2", "--set", f"spark.warehouse={tmp_path / 'wh'}",
+        "--set", "ingest.format=parquet", "--set", f"ingest.paths={{all: {path}}}",
+    ])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1].startswith(f"clickeval ingest: error: {path}: not canonical serps rows, missing column(s)")
