@@ -113,8 +113,8 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
 
 def write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, dataset: str, run_id: str) -> dict[str, int]:
     """Write the three tables, then reconcile read = accepted + quarantined from what was written."""
-    tables.replace_slice(out.serps, warehouse, "serps", dataset, run_id)
-    tables.replace_slice(out.quarantine, warehouse, "quarantine", run_id, run_id)
+    tables.replace_slice(out.serps, warehouse, "serps", {"dataset": dataset}, run_id)
+    tables.replace_slice(out.quarantine, warehouse, "quarantine", {"run_id": run_id}, run_id)
     counts = dict(out.counts)
     serps = tables.read_table(spark, warehouse, "serps").where(F.col("dataset") == dataset)
     quarantine = tables.read_table(spark, warehouse, "quarantine").where(F.col("run_id") == run_id)
@@ -124,7 +124,7 @@ def write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, dataset
     for split, n in serps.groupBy("split").agg(F.count(F.lit(1)).alias("n")).collect():
         counts[f"serps_{split}"] = n
     if out.labels is not None:
-        tables.replace_slice(out.labels, warehouse, "relevance_labels", dataset, run_id)
+        tables.replace_slice(out.labels, warehouse, "relevance_labels", {"dataset": dataset}, run_id)
         labels = tables.read_table(spark, warehouse, "relevance_labels").where(F.col("dataset") == dataset)
         counts["labels_quarantined"] = q_counts.get("relevance_labels", 0)
         counts["label_rows"] = labels.count()

@@ -134,22 +134,22 @@ def conform(df: DataFrame, name: str) -> DataFrame:
     return df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
 
 
-def replace_slice(df: DataFrame, warehouse: str, name: str, key: str, run_id: str) -> None:
-    """Write `df` as the whole slice `<partition column> = key` of table `name`.
+def replace_slice(df: DataFrame, warehouse: str, name: str, keys: dict[str, str], run_id: str) -> None:
+    """Write `df` as the whole slice `col1 = v1 AND ...` of table `name` (e.g. one run's rows of one model).
 
     Delta replaceWhere makes the write idempotent: a retry replaces the same slice
     and leaves every other slice as it was. `userMetadata` tags the commit with the
-    run that made it, so `DESCRIBE HISTORY` tells which run wrote what.
+    run that made it, so `DESCRIBE HISTORY` tells which run wrote what. Key values
+    go into the predicate, so they must match the safe id pattern.
     """
-    column = PARTITION_COLUMNS[name]
-    safe_key = validate_run_id(key)  # run ids and dataset names share the safe pattern
+    predicate = " AND ".join(f"{col} = '{validate_run_id(value)}'" for col, value in keys.items())
     (
         conform(df, name)
         .write.format("delta")
         .mode("overwrite")
-        .option("replaceWhere", f"{column} = '{safe_key}'")
-        .option("userMetadata", f"clickeval run_id={validate_run_id(run_id)} table={name}")
-        .partitionBy(column)
+        .option("replaceWhere", predicate)
+        .option("userMetadata", f"clickeval run_id={validate_run_id(run_id)} table={name} slice={predicate}")
+        .partitionBy(PARTITION_COLUMNS[name])
         .save(table_path(warehouse, name))
     )
 

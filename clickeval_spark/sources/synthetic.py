@@ -121,7 +121,7 @@ def generate(spark: SparkSession, icfg: IngestConfig, warehouse: str, run_id: st
     truth = FittedModel(model=model, max_rank=cfg.list_size, qd=qd,
                         glob=true_globals(cfg.model, cfg.list_size), prior={p: 0.5 for p in model.qd_params})
     truth_run = f"truth-{icfg.dataset}"
-    tables.replace_slice(to_param_rows(truth, truth_run), warehouse, "model_params", truth_run, run_id)
+    tables.replace_slice(to_param_rows(truth, truth_run), warehouse, "model_params", {"run_id": truth_run}, run_id)
 
     sampled = sample_serps(serp_skeletons(spark, cfg, icfg.dataset), truth, k=1, seed=cfg.seed)
     serps = sampled.select(

@@ -6,7 +6,7 @@ import pytest
 
 from clickeval_spark.config import IngestConfig
 from clickeval_spark.tables import register_tables
-from jobs.ingest import ingest_stage
+from clickeval_spark.stages import ingest_stage
 from clickeval_spark.config import AppConfig
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "trec-session-2014-demo"

@@ -1,0 +1,33 @@
+# Two commands on a fresh machine with only Python 3.11, Java 17 and make:
+#   make run   - set everything up, run the main job (ingest -> fit -> predict) on the embedded synthetic data
+#   make test  - set everything up, run the tests
+# Delta Lake's jars are fetched from Maven Central by Spark's Ivy resolver on the first session
+# (delta-spark's configure_spark_with_delta_pip) and cached in ~/.ivy2.5.2.
+
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+CONF   ?= conf/local.yaml
+
+.PHONY: setup run test bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: setup
+	$(BIN)/clickeval pipeline --conf $(CONF)
+
+test: setup
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python benchmarks/em_scale.py
+
+clean:
+	rm -rf $(VENV) warehouse spark-warehouse .pytest_cache
