@@ -26,8 +26,9 @@ Prior for unseen pairs: for every qd parameter, ``prior[p]`` is the pooled ratio
 sum(num_p) / sum(den_p) over all impressions of all training pairs in the final
 pass's statistics (the pass that produced the returned parameters), i.e. the
 value a pair would get if every pair shared one parameter. It falls back to
-``INIT_VALUE`` (0.5) if that denominator is 0. Unseen pairs use it in
-`predict_clicks`, `sample_serps` and `relevance_scores`-style lookups.
+``INIT_VALUE`` (0.5) if that denominator is 0. `predict_clicks` and
+`sample_serps` use it for every (query, doc) pair absent from the qd table.
+``n_obs`` counts a pair's impressions at ranks <= max_rank.
 
 M-step where a denominator is 0 (a parameter the data says nothing about, e.g.
 a DBN satisfaction of a never-clicked pair): the parameter keeps its previous
@@ -172,8 +173,16 @@ def pad(series: pd.Series, M: int, dtype, fill=0) -> tuple[np.ndarray, np.ndarra
 
 
 def batch_arrays(pdf: pd.DataFrame, M: int, params: Sequence[str]):
-    """(clicks int8 (B, M), mask, lengths, {p: (B, M) float64}) of a batch with attached params."""
+    """(clicks int8 (B, M), mask, lengths, {p: (B, M) float64}) of a batch with attached params.
+
+    The mask comes from the doc lists; a clicks list of another length is an error
+    (ingest quarantines such SERPs, so this only guards against unvalidated input).
+    """
     clicks, mask, lens = pad(pdf["clicks"], M, np.int8, 0)
+    doc_lens = np.fromiter((len(a) for a in pdf["doc_ids"].to_numpy()), dtype=np.int64, count=len(pdf))
+    if not np.array_equal(doc_lens, lens):
+        raise ValueError("serps rows with clicks and doc_ids of different lengths; "
+                         "run them through ingest (which quarantines them) first")
     qd = {p: pad(pdf[qd_array_col(p)], M, np.float64, INIT_VALUE)[0] for p in params}
     return clicks, mask, lens, qd
 

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.models import MODELS, get_model
-from clickeval_spark.models.base import sample_clicks
+from clickeval_spark.models.base import INIT_VALUE, sample_clicks
 from clickeval_spark.models.params_io import MODEL_PARAMS_SCHEMA, from_param_rows, to_param_rows
 from clickeval_spark.models.predict import PREDICTION_SCHEMA, predict_clicks, relevance_scores
 from clickeval_spark.models.sampling import sample_serps, uniform
@@ -73,7 +74,8 @@ class Log:
         self.rows = [
             ("sim", "train", f"s{i // 3}", f"serp{i}", i % 3 + 1, f"q{q[i]}",
              [self.doc_name(docs[i, r]) for r in range(lens[i])],
-             ["web"] * int(lens[i]), [int(c) for c in clicks_full[i, :lens[i]]], None)
+             None if i % 5 == 0 else ["web"] * int(lens[i]), [int(c) for c in clicks_full[i, :lens[i]]],
+             None if i % 7 == 0 else date(2024, 1, 1 + i % 28))
             for i in range(n_serps)
         ]
 
@@ -139,8 +141,8 @@ def test_fit_matches_numpy_oracle(spark, name):
 
     # prior = pooled num / den over all pairs from the final pass's statistics
     if params:
-        stats = model.expected_stats(gather(last_input_params(model, log, n_iter), log.qd_index, log.mask),
-                                     last_input_glob(model, log, n_iter), log.clicks, log.mask)
+        qd_in, glob_in = last_input(model, log, n_iter)
+        stats = model.expected_stats(gather(qd_in, log.qd_index, log.mask), glob_in, log.clicks, log.mask)
         for p in params:
             num, den = stats.qd[p]
             assert fitted.prior[p] == pytest.approx(num[log.mask].sum() / den[log.mask].sum(), abs=1e-12)
@@ -148,18 +150,12 @@ def test_fit_matches_numpy_oracle(spark, name):
         assert fitted.prior == {}
 
 
-def last_input_params(model, log, n_iter):
-    """Parameters entering the final iteration (the oracle run one iteration shorter)."""
+def last_input(model, log, n_iter):
+    """(qd, glob) entering the final iteration: the oracle run one iteration shorter."""
     if n_iter == 1:
-        from clickeval_spark.models.base import INIT_VALUE
-        return {p: np.full(log.n_pairs, INIT_VALUE) for p in model.qd_params}
-    return fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask, n_iter - 1, log.M)[0]
-
-
-def last_input_glob(model, log, n_iter):
-    if n_iter == 1:
-        return model.init_global(log.M)
-    return fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask, n_iter - 1, log.M)[1]
+        return {p: np.full(log.n_pairs, INIT_VALUE) for p in model.qd_params}, model.init_global(log.M)
+    qd, glob, _ = fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask, n_iter - 1, log.M)
+    return qd, glob
 
 
 def test_fit_tol_stops_early_and_logs(spark, caplog):
@@ -281,7 +277,15 @@ def test_sampling_same_rows_on_any_partitioning(spark):
     assert {r.sample_idx for r in rows} == {0, 1, 2, 3}
     # lists cut to max_rank (all three list columns), clicks really re-drawn, seed matters
     assert max(len(r.doc_ids) for r in rows) == 6
-    assert all(len(r.doc_ids) == len(r.vtypes) == len(r.clicks) for r in rows)
+    assert all(len(r.doc_ids) == len(r.clicks) and (r.vtypes is None or len(r.vtypes) == len(r.clicks))
+               for r in rows)
+    # the other columns pass through untouched
+    originals = {row[3]: row for row in log.rows}
+    for r in rows:
+        o = originals[r.serp_id]
+        assert (r.dataset, r.split, r.session_id, r.serp_pos, r.query_id, r.log_date) == (
+            o[0], o[1], o[2], o[4], o[5], o[9])
+        assert r.doc_ids == o[6][:6] and r.vtypes == (None if o[7] is None else o[7][:6])
     observed = {row[3]: row[8][:6] for row in log.rows}
     assert sum(r.clicks != observed[r.serp_id] for r in rows) > len(rows) // 4
     other = sorted_rows(sample_serps(df, fitted, k=4, seed=124)).collect()
@@ -515,3 +519,10 @@ def test_scale_fit_under_1mb_driver_results(scale_run):
         assert r["qd_rows"] == out["n_pairs"]
         assert len(r["ll"]) == 3 and all(math.isfinite(x) for x in r["ll"])
         assert r["ll"][2] > r["ll"][0]
+
+
+def test_fit_rejects_clicks_of_another_length(spark):
+    serps = spark.createDataFrame(
+        [("t", "train", "s", "x", 1, "q", ["a", "b", "c"], None, [1, 0], None)], SERPS_SCHEMA)
+    with pytest.raises(Exception, match="clicks and doc_ids of different lengths"):
+        fit(serps, get_model("pbm"), iterations=1, max_rank=10)
