@@ -10,7 +10,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CONF   ?= conf/local.yaml
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test clean
 
 setup: $(STAMP)
 
@@ -25,9 +25,6 @@ run: setup
 
 test: setup
 	$(BIN)/python -m pytest
-
-bench: setup
-	$(BIN)/python benchmarks/em_scale.py
 
 clean:
 	rm -rf $(VENV) warehouse spark-warehouse .pytest_cache

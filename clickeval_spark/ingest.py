@@ -114,10 +114,11 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
 def write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, dataset: str, run_id: str) -> dict[str, int]:
     """Write the three tables, then reconcile read = accepted + quarantined from what was written."""
     tables.replace_slice(out.serps, warehouse, "serps", {"dataset": dataset}, run_id)
-    tables.replace_slice(out.quarantine, warehouse, "quarantine", {"run_id": run_id}, run_id)
+    tables.replace_slice(out.quarantine, warehouse, "quarantine", {"run_id": run_id, "dataset": dataset}, run_id)
     counts = dict(out.counts)
     serps = tables.read_table(spark, warehouse, "serps").where(F.col("dataset") == dataset)
-    quarantine = tables.read_table(spark, warehouse, "quarantine").where(F.col("run_id") == run_id)
+    quarantine = tables.read_table(spark, warehouse, "quarantine").where(
+        (F.col("run_id") == run_id) & (F.col("dataset") == dataset))
     q_counts = {r["target"]: r["n"] for r in quarantine.groupBy("target").agg(F.count(F.lit(1)).alias("n")).collect()}
     counts["serps_accepted"] = serps.count()
     counts["serps_quarantined"] = q_counts.get("serps", 0)

@@ -7,6 +7,7 @@ and hands the session and the frozen config to library code.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from datetime import datetime, timezone
@@ -71,6 +72,8 @@ def session_for(cfg: AppConfig, job: str) -> SparkSession:
 
 def run_job(job: str, argv: Sequence[str] | None, body: Callable[[SparkSession, AppConfig, str, str], None]) -> int:
     """Parse, configure, run `body(spark, cfg, warehouse, run_id)`; known errors become one line and exit 2."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         args = parse_args(job, argv)
         cfg, run_id = load(args)

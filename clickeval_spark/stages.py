@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -84,7 +85,14 @@ def predict_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: s
                 F.lit(run_id).alias("run_id"), F.lit(name).alias("model"), "*")
             tables.replace_slice(preds, warehouse, "click_predictions", {"run_id": run_id, "model": name}, run_id)
             if model.qd_params:
-                scores = relevance_scores(fitted).select(F.lit(run_id).alias("run_id"), F.lit(name).alias("model"), "*")
+                shown = serps.select("query_id", F.explode("doc_ids").alias("doc_id"))
+                if DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, "relevance_labels")):
+                    # labelled SERPs need a score for every judged doc, seen in training or not
+                    shown = shown.unionByName(tables.read_table(spark, warehouse, "relevance_labels")
+                                              .where(F.col("dataset") == cfg.ingest.dataset)
+                                              .select("query_id", "doc_id"))
+                scores = relevance_scores(fitted, pairs=shown).select(
+                    F.lit(run_id).alias("run_id"), F.lit(name).alias("model"), "*")
                 tables.replace_slice(scores, warehouse, "relevance_scores", {"run_id": run_id, "model": name}, run_id)
             else:  # GCTR / RCTR give every document the same score: no ranking to evaluate
                 run.details["relevance_scores"] = "none: the model has no per-(query, doc) parameter"

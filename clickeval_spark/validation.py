@@ -65,8 +65,10 @@ def check_serps(parsed: DataFrame, *, max_rank: int) -> Checked:
     n_docs = F.size("doc_ids")
     rules = [
         ("unparseable", F.col("parse_rule").isNotNull(), F.col("parse_reason")),
-        ("missing_id", _blank("session_id") | _blank("query_id") | _blank("serp_id"),
-         F.lit("session id, query id and serp id must be present")),
+        ("missing_id",
+         _blank("session_id") | _blank("query_id") | _blank("serp_id")
+         | F.coalesce(F.exists("doc_ids", lambda d: d.isNull() | (F.trim(d) == "")), F.lit(False)),
+         F.lit("session id, query id, serp id and every doc id must be present")),
         ("empty_result_list", F.col("doc_ids").isNull() | (n_docs == 0), F.lit("the result list is empty")),
         ("length_mismatch",
          F.col("clicks").isNull() | (F.size("clicks") != n_docs)
@@ -90,21 +92,8 @@ def check_serps(parsed: DataFrame, *, max_rank: int) -> Checked:
                          F.lit(", ".join(SPLITS)))),
     ]
     rule, reason = _first_broken(rules)
-    ruled = parsed.withColumn("rule", rule).withColumn("reason", reason)
-    first_in_file = Window.partitionBy("dataset", "serp_id").orderBy("source", "line", "record")
-    ruled = (
-        ruled.withColumn(
-            "occurrence",
-            F.when(F.col("rule").isNull(), F.row_number().over(first_in_file)),
-        )
-        .withColumn("rule", F.when(F.col("occurrence") > 1, F.lit("duplicate_serp_id")).otherwise(F.col("rule")))
-        .withColumn(
-            "reason",
-            F.when(F.col("occurrence") > 1,
-                   F.format_string("serp_id %s already seen earlier in the input", F.col("serp_id")))
-            .otherwise(F.col("reason")),
-        )
-    )
+    ruled = _flag_duplicates(parsed.withColumn("rule", rule).withColumn("reason", reason),
+                             "serp_id", "duplicate_serp_id", F.format_string("serp_id %s", F.col("serp_id")))
     accepted = ruled.where(F.col("rule").isNull()).select(
         "dataset", "split", "session_id", "serp_id", F.col("serp_pos").cast("int").alias("serp_pos"),
         "query_id", "doc_ids", "vtypes", "clicks", "log_date",
@@ -133,18 +122,8 @@ def check_labels(parsed: DataFrame) -> Checked:
          F.concat(F.lit("relevance grades must be integers, got "), F.to_json("relevances"))),
     ]
     rule, reason = _first_broken(rules)
-    ruled = parsed.withColumn("rule", rule).withColumn("reason", reason)
-    first_in_file = Window.partitionBy("dataset", "label_key").orderBy("source", "line", "record")
-    ruled = (
-        ruled.withColumn("occurrence", F.when(F.col("rule").isNull(), F.row_number().over(first_in_file)))
-        .withColumn("rule", F.when(F.col("occurrence") > 1, F.lit("duplicate_label")).otherwise(F.col("rule")))
-        .withColumn(
-            "reason",
-            F.when(F.col("occurrence") > 1,
-                   F.format_string("label %s already seen earlier in the input", F.col("label_key")))
-            .otherwise(F.col("reason")),
-        )
-    )
+    ruled = _flag_duplicates(parsed.withColumn("rule", rule).withColumn("reason", reason),
+                             "label_key", "duplicate_label", F.format_string("label %s", F.col("label_key")))
     passed = ruled.where(F.col("rule").isNull())
     accepted = (
         passed
@@ -160,6 +139,22 @@ def check_labels(parsed: DataFrame) -> Checked:
         )
     )
     return Checked(accepted, _quarantine_rows(ruled, "relevance_labels"), accepted_records=passed)
+
+
+def _flag_duplicates(ruled: DataFrame, key: str, code: str, what: Column) -> DataFrame:
+    """Among records that broke no other rule, the first of each key in file order stays; later ones break `code`.
+
+    Only valid records compete: a broken record never pushes out a good one with the same key.
+    """
+    valid = F.col("rule").isNull()
+    first_in_file = Window.partitionBy("dataset", key, valid).orderBy("source", "line", "record")
+    later = valid & (F.row_number().over(first_in_file) > 1)
+    return ruled.select(
+        *[c for c in ruled.columns if c not in ("rule", "reason")],
+        F.when(later, F.lit(code)).otherwise(F.col("rule")).alias("rule"),
+        F.when(later, F.concat(what, F.lit(" already seen earlier in the input"))).otherwise(F.col("reason"))
+        .alias("reason"),
+    )
 
 
 def _quarantine_rows(ruled: DataFrame, target: str) -> DataFrame:

@@ -1,13 +1,22 @@
 """Job entry points: one clear line for bad input, exit code 2, nothing half-written."""
 
+import pytest
+
 from jobs import ingest as ingest_job
 
 
-def test_missing_input_file_fails_with_one_line(spark, tmp_path, capsys):
+@pytest.fixture
+def conf(tmp_path):
+    """A config without Spark settings, so main() leaves the shared test session as it is."""
+    path = tmp_path / "test.yaml"
+    path.write_text(f"spark: {{warehouse: {tmp_path / 'wh'}, conf: {{}}}}\n")
+    return str(path)
+
+
+def test_missing_input_file_fails_with_one_line(spark, tmp_path, capsys, conf):
     missing = tmp_path / "nope.txt"
     rc = ingest_job.main([
-        "--run-id", "bad-1",
-        "--set", f"spark.warehouse={tmp_path / 'wh'}",
+        "--conf", conf, "--run-id", "bad-1",
         "--set", "ingest.format=per_query_text",
         "--set", f"ingest.paths={{train: {missing}}}",
     ])
@@ -22,11 +31,11 @@ def test_bad_config_fails_before_spark_work(tmp_path, capsys):
     assert rc == 2 and "ingest.format: 'csv' is not allowed" in err
 
 
-def test_not_canonical_parquet_names_the_file(spark, tmp_path, capsys):
+def test_not_canonical_parquet_names_the_file(spark, tmp_path, capsys, conf):
     path = tmp_path / "x.parquet"
     spark.createDataFrame([(1,)], "a int").write.parquet(str(path))
     rc = ingest_job.main([
-        "--run-id", "bad-2", "--set", f"spark.warehouse={tmp_path / 'wh'}",
+        "--conf", conf, "--run-id", "bad-2",
         "--set", "ingest.format=parquet", "--set", f"ingest.paths={{all: {path}}}",
     ])
     err = capsys.readouterr().err.strip().splitlines()

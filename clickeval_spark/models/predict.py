@@ -87,19 +87,25 @@ def _relevance_fn(fitted: FittedModel):
     return run
 
 
-def relevance_scores(fitted: FittedModel) -> DataFrame:
-    """query_id, doc_id, score for every (query, doc) pair of the training log:
+def relevance_scores(fitted: FittedModel, pairs: DataFrame | None = None) -> DataFrame:
+    """query_id, doc_id, score for every (query, doc) pair of the training log and of ``pairs``:
     the kernel's ``relevance`` (attractiveness; alpha * sigma for DBN / SDBN).
 
-    Models without per-(query, doc) parameters (GCTR, RCTR) cannot rank
-    documents: ValueError (the kernel's own message).
+    Pairs unseen in training are scored from the model's prior (the pooled
+    training estimate, ``fitted.prior``), so every document of an evaluated SERP
+    has a score. Models without per-(query, doc) parameters (GCTR, RCTR) cannot
+    rank documents: ValueError (the kernel's own message).
     """
     params = list(fitted.model.qd_params)
     if not params:
         fitted.model.relevance({})  # the kernel raises with its reason
         raise ValueError(f"{fitted.model.name} has no per-(query, doc) parameter to score")
+    known = fitted.qd.select("query_id", "doc_id", *[F.col(p).cast("double").alias(p) for p in params])
+    if pairs is not None:
+        unseen = pairs.select("query_id", "doc_id").distinct().join(known, on=["query_id", "doc_id"], how="left_anti")
+        known = known.unionByName(
+            unseen.select("query_id", "doc_id", *[F.lit(float(fitted.prior[p])).alias(p) for p in params]))
     return (
-        fitted.qd.select("query_id", "doc_id", *[F.col(p).cast("double").alias(p) for p in params])
-        .mapInPandas(_relevance_fn(fitted), RELEVANCE_SCHEMA)
+        known.mapInPandas(_relevance_fn(fitted), RELEVANCE_SCHEMA)
         .select("query_id", "doc_id", "score")
     )

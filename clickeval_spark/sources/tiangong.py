@@ -129,7 +129,9 @@ def read_labels(spark: SparkSession, path: str, dataset: str, query_prefix: str,
         F.when(ok, F.col("f")[1]).alias("session_id"),
         F.when(ok, with_prefix(F.col("f")[2], query_prefix)).alias("query_id"),
         F.lit(None).cast("string").alias("serp_id"),
-        F.when(ok, F.concat_ws("|", F.col("f")[1], F.col("f")[2], F.col("f")[3])).alias("label_key"),
+        # the key uses the mapped ids: "q5" and a bare "5" name the same query
+        F.when(ok, F.concat_ws("|", F.col("f")[1], with_prefix(F.col("f")[2], query_prefix),
+                               with_prefix(F.col("f")[3], doc_prefix))).alias("label_key"),
         F.when(ok, F.array(with_prefix(F.col("f")[3], doc_prefix))).alias("doc_ids"),
         F.when(ok, F.array(F.col("f")[4])).alias("relevances"),
     )

@@ -22,18 +22,19 @@ def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
     lines = numbered_lines(spark, path).select(
         "source", "line", "raw", F.split(F.trim("raw"), r"\s+").alias("f"),
     )
-    kind = F.col("f")[2]
+    field = lambda i: F.try_element_at("f", F.lit(i + 1))  # noqa: E731 (short lines give null, not an error)
+    kind = field(2)
     is_query = (kind == "Q") & (F.size("f") >= 6)
     is_click = (kind == "C") & (F.size("f") == 4)
     queries = lines.where(is_query).select(
         "source", "line", "raw",
-        F.col("f")[0].alias("session_id"),
-        F.col("f")[3].alias("query_id"),
+        field(0).alias("session_id"),
+        field(3).alias("query_id"),
         F.slice("f", 6, F.size("f") - 5).alias("doc_ids"),
     ).withColumn("serp_pos", F.row_number().over(Window.partitionBy("session_id").orderBy("source", "line")))
     clicks = lines.where(is_click).select(
         "source", F.col("line").alias("click_line"), F.col("raw").alias("click_raw"),
-        F.col("f")[0].alias("session_id"), F.col("f")[3].alias("url"),
+        field(0).alias("session_id"), field(3).alias("url"),
     )
     # each click joins the query lines before it that show its URL; the latest one wins
     candidates = clicks.join(
@@ -78,7 +79,7 @@ def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
                         "url", "session_id").alias("parse_reason"),
         "session_id",
     )
-    bad_lines = lines.where(~is_query & ~is_click).select(
+    bad_lines = lines.where(~F.coalesce(is_query | is_click, F.lit(False))).select(
         "source", "line", "raw", F.lit("unparseable").alias("parse_rule"),
         F.lit("expected a query line 'SessionID TimePassed Q QueryID RegionID URL...' "
               "or a click line 'SessionID TimePassed C URLID'").alias("parse_reason"),

@@ -64,5 +64,6 @@ def test_malformed_session_is_quarantined_whole(spark, tmp_path):
     xml = write(tmp_path / "sessions.xml", broken)
     out = run(spark, IngestConfig(dataset="tg", format="tiangong_xml", paths={"all": xml}))
     assert out.counts["serps_read"] == out.serps.count() + out.quarantine.count()
-    assert {r["serp_id"] for r in out.serps.collect()} >= {"1-1", "1-2"}
-    assert "unparseable" in [r for _, r in rules(out)]
+    assert sorted(r["serp_id"] for r in out.serps.collect()) == ["1-1", "1-2"]
+    bad = out.quarantine.where("rule = 'unparseable'").collect()
+    assert len(bad) == 1 and "</bad>" in bad[0]["raw"] and bad[0]["record"].startswith("session")

@@ -10,6 +10,7 @@ LOG = (
     "11\t0\tQ\t100\t2\tu3\tu1\tu2\n"
     "11\t3\tC\tu9\n"       # no query line shows u9
     "11\t4\tX\tfoo\n"      # unknown action type
+    "11\n"                # truncated line
 )
 
 
@@ -23,7 +24,7 @@ def test_clicks_attach_to_latest_query_showing_the_url(spark, tmp_path):
         ("10-2", "101", ["u4", "u2", "u5"], [0, 1, 0]),
         ("11-1", "100", ["u3", "u1", "u2"], [0, 0, 0]),
     ]
-    assert rules(out) == [("3", "unparseable"), ("7", "unparseable"), ("8", "unparseable")]
+    assert rules(out) == [("3", "unparseable"), ("7", "unparseable"), ("8", "unparseable"), ("9", "unparseable")]
     assert out.counts["serps_read"] == out.serps.count() + out.quarantine.where("target = 'serps'").count()
     assert sorted(tuple(r) for r in out.labels.select("query_id", "doc_id", "relevance").collect()) == [
         ("100", "u1", 1), ("100", "u2", 0)]
