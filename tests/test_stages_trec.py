@@ -1,0 +1,101 @@
+"""All ten models fit, predict and sample on the real TREC Session 2014 sample, through the Delta stages."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pyspark.sql import functions as F
+
+from clickeval_spark.config import AppConfig, FitConfig, IngestConfig, MODEL_NAMES, PredictConfig
+from clickeval_spark.models import get_model
+from clickeval_spark.models.params_io import from_param_rows
+from clickeval_spark.models.sampling import sample_serps
+from clickeval_spark.stages import fit_stage, ingest_stage, predict_stage
+from clickeval_spark.tables import read_table
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "trec-session-2014-demo"
+pytestmark = pytest.mark.skipif(not DATA.exists(), reason="../shared/data is not beside the checkout")
+
+
+@pytest.fixture(scope="module")
+def trec(spark, tmp_path_factory):
+    warehouse = str(tmp_path_factory.mktemp("wh_trec"))
+    cfg = AppConfig(
+        ingest=IngestConfig(
+            dataset="trec2014", format="per_query_text", text_variant="graphcm",
+            paths={s: str(DATA / f"{s}_per_query_quid.txt") for s in ("train", "valid", "test")},
+            labels=str(DATA / "human_label_for_GraphCM_per_query_quid.txt")),
+        fit=FitConfig(models=MODEL_NAMES, iterations=3),
+        predict=PredictConfig(splits=("test",)),
+    )
+    ingest_stage(spark, cfg, warehouse, "trec-run")
+    histories = fit_stage(spark, cfg, warehouse, "trec-run")
+    lls = predict_stage(spark, cfg, warehouse, "trec-run")
+    return cfg, warehouse, histories, lls
+
+
+def test_every_model_fits_and_predicts(spark, trec):
+    cfg, warehouse, histories, lls = trec
+    assert set(histories) == set(MODEL_NAMES) == set(lls)
+    preds = read_table(spark, warehouse, "click_predictions").where("run_id = 'trec-run'")
+    per_model = dict(preds.groupBy("model").count().collect())
+    assert per_model == {m: (2872 + 363) * 10 for m in MODEL_NAMES}
+    bad = preds.where((F.col("p_click") < 0) | (F.col("p_click") > 1) | (F.col("p_click_cond") < 0)
+                      | (F.col("p_click_cond") > 1) | F.isnan("p_click") | F.isnan("p_click_cond")).count()
+    assert bad == 0
+    for name, by_split in lls.items():
+        assert -1.0 < by_split["test"] < 0 and -1.0 < by_split["train"] < 0, (name, by_split)
+    # the rank-1 CTR of the train split is 0.132: every position-aware model reproduces it on average
+    for name in ("rctr", "pbm", "ubm", "dbn", "dcm", "ccm", "sdbn"):
+        mean_p1 = preds.where(f"model = '{name}' AND split = 'train' AND rank = 1").agg(F.avg("p_click")).first()[0]
+        assert abs(mean_p1 - 0.132) < 0.03, (name, mean_p1)
+
+
+def test_em_history_never_goes_down(trec):
+    _, _, histories, _ = trec
+    for name, history in histories.items():
+        if get_model(name).iterative:
+            lls = [ll for _, ll, _ in history]
+            assert all(b >= a - 1e-9 for a, b in zip(lls, lls[1:])), (name, lls)
+
+
+def test_relevance_scores_cover_every_shown_and_labelled_pair(spark, trec):
+    cfg, warehouse, _, _ = trec
+    scores = read_table(spark, warehouse, "relevance_scores").where("run_id = 'trec-run'")
+    assert {r["model"] for r in scores.select("model").distinct().collect()} == {
+        m for m in MODEL_NAMES if get_model(m).qd_params}
+    labelled = read_table(spark, warehouse, "relevance_labels").select("query_id", "doc_id").distinct()
+    test_pairs = (read_table(spark, warehouse, "serps").where("split = 'test'")
+                  .select("query_id", F.explode("doc_ids").alias("doc_id")).distinct())
+    needed = labelled.unionByName(test_pairs).distinct()
+    for model in ("pbm", "dbn"):
+        missing = needed.join(scores.where(f"model = '{model}'"), on=["query_id", "doc_id"], how="left_anti")
+        assert missing.count() == 0
+
+
+def test_every_model_samples_from_its_stored_parameters(spark, trec):
+    cfg, warehouse, _, _ = trec
+    params = read_table(spark, warehouse, "model_params")
+    test = read_table(spark, warehouse, "serps").where("split = 'test'")
+    for name in MODEL_NAMES:
+        fitted = from_param_rows(params, get_model(name), "trec-run", 10)
+        sampled = sample_serps(test, fitted, k=2, seed=5).cache()
+        assert sampled.count() == 363 * 2
+        assert sampled.where(F.size("clicks") != 10).count() == 0
+        ctr = sampled.select(F.avg(F.aggregate("clicks", F.lit(0), lambda a, c: a + c))).first()[0]
+        assert 0 < ctr < 3, (name, ctr)  # TREC averages ~0.45 clicks per SERP
+        if name == "cm":
+            assert sampled.where(F.aggregate("clicks", F.lit(0), lambda a, c: a + c) > 1).count() == 0
+        sampled.unpersist()
+
+
+def test_refit_of_one_model_replaces_only_its_slice(spark, trec):
+    cfg, warehouse, _, _ = trec
+    before = dict(read_table(spark, warehouse, "model_params").where("run_id = 'trec-run'")
+                  .groupBy("model").count().collect())
+    fit_stage(spark, AppConfig(ingest=cfg.ingest, fit=FitConfig(models=("pbm",), iterations=1)), warehouse, "trec-run")
+    after = dict(read_table(spark, warehouse, "model_params").where("run_id = 'trec-run'")
+                 .groupBy("model").count().collect())
+    assert after == before
+    runs = read_table(spark, warehouse, "runs").where("run_id = 'trec-run' AND job = 'fit:pbm'").collect()
+    assert len(runs) == 1 and runs[0]["counts"]["iterations"] == 1
