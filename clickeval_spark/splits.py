@@ -10,18 +10,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from clickeval_spark.config import SPLITS, SplitConfig
-
-_RESOLUTION = 1 << 52  # hash bits mapped to [0, 1): plenty for any ratio
-
-
-def session_uniform(seed: int, session_col: str = "session_id") -> Column:
-    """A uniform number in [0, 1) that is a pure function of (seed, session id)."""
-    return F.pmod(F.xxhash64(F.lit(seed), F.col(session_col)), F.lit(_RESOLUTION)) / F.lit(float(_RESOLUTION))
-
+from clickeval_spark.hashing import seeded_uniform
 
 def split_column(cfg: SplitConfig, session_col: str = "session_id") -> Column:
     total = float(sum(cfg.ratios.values()))
-    u = session_uniform(cfg.seed, session_col)
+    u = seeded_uniform(cfg.seed, session_col)
     expr = None
     upper = 0.0
     for name in SPLITS:

@@ -21,12 +21,11 @@ from typing import Mapping
 
 import numpy as np
 
-from clickeval_spark.models.base import ClickModel, Stats
-from clickeval_spark.models.cm import (chain_click_probs, chain_cond_probs,
-                                       chain_posteriors, safe_div)
+from clickeval_spark.models.base import Stats
+from clickeval_spark.models.chain import ChainModel, chain_posteriors, safe_div
 
 
-class CCM(ClickModel):
+class CCM(ChainModel):
     name = "ccm"
     qd_params = ("alpha",)
     iterative = True
@@ -34,22 +33,14 @@ class CCM(ClickModel):
     def global_shapes(self, M: int) -> dict[str, tuple[int, ...]]:
         return {"tau": (3,)}
 
-    def _cont(self, qd, g):
+    def continuation(self, qd, g):
         a = qd["alpha"]
         t1, t2, t3 = (float(x) for x in np.asarray(g["tau"]))
         return a, np.full(a.shape, t1), t2 * (1 - a) + t3 * a
 
-    def cond_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                   clicks: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return chain_cond_probs(*self._cont(qd, g), clicks, mask)
-
-    def click_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                    mask: np.ndarray) -> np.ndarray:
-        return chain_click_probs(*self._cont(qd, g), mask)
-
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
                        clicks: np.ndarray, mask: np.ndarray) -> Stats:
-        a, skip, k = self._cont(qd, g)
+        a, skip, k = self.continuation(qd, g)
         _, t2, t3 = (float(x) for x in np.asarray(g["tau"]))
         post = chain_posteriors(a, skip, k, clicks, mask)
         w1, w0 = post.w1, post.w0

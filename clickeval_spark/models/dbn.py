@@ -18,12 +18,11 @@ from typing import Mapping
 
 import numpy as np
 
-from clickeval_spark.models.base import ClickModel, Stats
-from clickeval_spark.models.cm import (chain_click_probs, chain_cond_probs,
-                                       chain_posteriors, safe_div)
+from clickeval_spark.models.base import Stats
+from clickeval_spark.models.chain import ChainModel, chain_posteriors, safe_div
 
 
-class DBN(ClickModel):
+class DBN(ChainModel):
     name = "dbn"
     qd_params = ("alpha", "sigma")
     iterative = True
@@ -31,22 +30,14 @@ class DBN(ClickModel):
     def global_shapes(self, M: int) -> dict[str, tuple[int, ...]]:
         return {"gamma": ()}
 
-    def _cont(self, qd, g):
+    def continuation(self, qd, g):
         a = qd["alpha"]
         gam = float(g["gamma"])
         return a, np.full(a.shape, gam), gam * (1 - qd["sigma"])
 
-    def cond_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                   clicks: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return chain_cond_probs(*self._cont(qd, g), clicks, mask)
-
-    def click_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                    mask: np.ndarray) -> np.ndarray:
-        return chain_click_probs(*self._cont(qd, g), mask)
-
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
                        clicks: np.ndarray, mask: np.ndarray) -> Stats:
-        a, skip, k = self._cont(qd, g)
+        a, skip, k = self.continuation(qd, g)
         s = qd["sigma"]
         gam = float(g["gamma"])
         post = chain_posteriors(a, skip, k, clicks, mask)

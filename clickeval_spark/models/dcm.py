@@ -15,12 +15,11 @@ from typing import Mapping
 
 import numpy as np
 
-from clickeval_spark.models.base import ClickModel, Stats
-from clickeval_spark.models.cm import (chain_click_probs, chain_cond_probs,
-                                       chain_posteriors, safe_div)
+from clickeval_spark.models.base import Stats
+from clickeval_spark.models.chain import ChainModel, chain_posteriors, safe_div
 
 
-class DCM(ClickModel):
+class DCM(ChainModel):
     name = "dcm"
     qd_params = ("alpha",)
     iterative = True
@@ -28,22 +27,14 @@ class DCM(ClickModel):
     def global_shapes(self, M: int) -> dict[str, tuple[int, ...]]:
         return {"lambda": (M,)}
 
-    def _cont(self, qd, g):
+    def continuation(self, qd, g):
         a = qd["alpha"]
         lam = np.broadcast_to(np.asarray(g["lambda"])[None, :], a.shape)
         return a, np.ones_like(a), lam
 
-    def cond_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                   clicks: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return chain_cond_probs(*self._cont(qd, g), clicks, mask)
-
-    def click_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                    mask: np.ndarray) -> np.ndarray:
-        return chain_click_probs(*self._cont(qd, g), mask)
-
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
                        clicks: np.ndarray, mask: np.ndarray) -> Stats:
-        a, skip, lam = self._cont(qd, g)
+        a, skip, lam = self.continuation(qd, g)
         post = chain_posteriors(a, skip, lam, clicks, mask)
         # P(went on after the click at r | C); 1 above the last click.
         p_cont = safe_div(lam * post.w1, lam * post.w1 + (1 - lam) * post.w0)

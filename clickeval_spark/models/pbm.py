@@ -11,7 +11,7 @@ from typing import Mapping
 import numpy as np
 
 from clickeval_spark.models.base import ClickModel, Stats
-from clickeval_spark.models.cm import safe_div
+from clickeval_spark.models.chain import safe_div
 
 
 class PBM(ClickModel):

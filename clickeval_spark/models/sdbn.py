@@ -11,26 +11,18 @@ from typing import Mapping
 
 import numpy as np
 
-from clickeval_spark.models.base import ClickModel, Stats
-from clickeval_spark.models.cm import chain_click_probs, chain_cond_probs, last_click
+from clickeval_spark.models.base import Stats
+from clickeval_spark.models.chain import ChainModel, last_click
 
 
-class SDBN(ClickModel):
+class SDBN(ChainModel):
     name = "sdbn"
     qd_params = ("alpha", "sigma")
     iterative = False
 
-    def _cont(self, qd):
+    def continuation(self, qd, g):
         a = qd["alpha"]
         return a, np.ones_like(a), 1 - qd["sigma"]
-
-    def cond_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                   clicks: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return chain_cond_probs(*self._cont(qd), clicks, mask)
-
-    def click_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                    mask: np.ndarray) -> np.ndarray:
-        return chain_click_probs(*self._cont(qd), mask)
 
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
                        clicks: np.ndarray, mask: np.ndarray) -> Stats:

@@ -14,7 +14,7 @@ from typing import Mapping
 import numpy as np
 
 from clickeval_spark.models.base import ClickModel, Stats
-from clickeval_spark.models.cm import safe_div
+from clickeval_spark.models.chain import safe_div
 
 
 def last_click_above(clicks: np.ndarray, mask: np.ndarray) -> np.ndarray:

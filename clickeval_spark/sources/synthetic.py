@@ -22,18 +22,16 @@ from pyspark.sql import functions as F
 
 from clickeval_spark import tables
 from clickeval_spark.config import IngestConfig, SyntheticConfig
+from clickeval_spark.hashing import seeded_uniform
 from clickeval_spark.models import get_model
 from clickeval_spark.models.params_io import to_param_rows
 from clickeval_spark.models.sampling import sample_serps
 from clickeval_spark.models.spark_em import FittedModel
 
-_BITS = (1 << 53) - 1
-
 
 def _uniform(seed: int, salt: str, *cols: Column | str) -> Column:
     """U[0, 1) as a pure function of (seed, salt, column values); the salt separates the draws."""
-    return (F.xxhash64(F.lit(seed), F.lit(salt), *[F.col(c) if isinstance(c, str) else c for c in cols])
-            .bitwiseAND(F.lit(_BITS)).cast("double") / float(1 << 53))
+    return seeded_uniform(seed, F.lit(salt), *cols)
 
 
 def true_globals(model_name: str, M: int) -> dict[str, np.ndarray]:
