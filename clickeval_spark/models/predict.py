@@ -1,8 +1,9 @@
 """Click probabilities and relevance scores from a fitted click model.
 
 Both run the kernel inside ``mapInPandas`` on parameters attached to the SERP
-arrays exactly as in EM (`spark_em.attach_qd`): per-query maps joined on
-query_id, pairs unseen in training get ``fitted.prior``. Only the global
+arrays exactly as in EM (`spark_em.attach_qd`: per-query maps for queries with
+few docs, a (query, doc) join for head queries); pairs unseen in training get
+``fitted.prior``. Only the global
 parameters travel in the task closure.
 """
 

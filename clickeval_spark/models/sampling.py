@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.models.base import sample_clicks
-from clickeval_spark.models.spark_em import FittedModel, attach_qd, batch_arrays, pad
+from clickeval_spark.models.spark_em import FittedModel, attach_qd, batch_arrays, pad, truncate_serps
 
 _MANTISSA = (1 << 53) - 1
 _LIST_COLS = ("doc_ids", "vtypes", "clicks")
@@ -77,16 +77,15 @@ def sample_serps(serps: DataFrame, fitted: FittedModel, *, k: int, seed: int,
     M = fitted.max_rank
     params = list(fitted.model.qd_params)
     cols = list(serps.columns)
-    sel = [F.slice(F.col(c), 1, M).alias(c) if c in _LIST_COLS else F.col(c) for c in cols]
-    base = (
-        serps.filter(F.col("query_id").isNotNull() & (F.size(F.col("doc_ids")) > 0))
-        .select(*sel, F.explode(F.sequence(F.lit(0), F.lit(int(k) - 1))).alias("sample_idx"))
-    )
-    base = base.select(
-        *base.columns,
+    base = truncate_serps(serps, M, keep=cols, cut=_LIST_COLS).select(*cols)
+    # parameters are attached once per SERP, before the k copies are made
+    joined = attach_qd(base, fitted.qd, params, fitted.prior)
+    joined = joined.select(*joined.columns,
+                           F.explode(F.sequence(F.lit(0), F.lit(int(k) - 1))).alias("sample_idx"))
+    joined = joined.select(
+        *joined.columns,
         F.transform(F.sequence(F.lit(1), F.size(F.col("doc_ids"))), _uniforms(seed)).alias("_u"),
     )
-    joined = attach_qd(base, fitted.qd, params, fitted.prior)
     # the observed clicks only give batch_arrays the list lengths; the kernel never sees them
     out_cols = cols + ["sample_idx"]
     schema = T.StructType(

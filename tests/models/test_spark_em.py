@@ -23,7 +23,8 @@ from clickeval_spark.models.base import INIT_VALUE, sample_clicks
 from clickeval_spark.models.params_io import MODEL_PARAMS_SCHEMA, from_param_rows, to_param_rows
 from clickeval_spark.models.predict import PREDICTION_SCHEMA, predict_clicks, relevance_scores
 from clickeval_spark.models.sampling import sample_serps, uniform
-from clickeval_spark.models.spark_em import FittedModel, fit
+from clickeval_spark.models import spark_em
+from clickeval_spark.models.spark_em import FittedModel, attach_qd, fit
 from tests.models.numpy_em import fit_numpy, gather, simulate, total_log_likelihood
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,6 +112,10 @@ ITERATIONS = 3
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_fit_matches_numpy_oracle(spark, name):
+    check_fit_matches_numpy_oracle(spark, name)
+
+
+def check_fit_matches_numpy_oracle(spark, name):
     model = get_model(name)
     M = 8
     log = Log(model, n_serps=2000, M=M, seed=11 + len(name))
@@ -148,6 +153,54 @@ def test_fit_matches_numpy_oracle(spark, name):
             assert fitted.prior[p] == pytest.approx(num[log.mask].sum() / den[log.mask].sum(), abs=1e-12)
     else:
         assert fitted.prior == {}
+
+
+# ---------------------------------------------------------------------------
+# attach_qd: the map route (small queries) and the join route (large queries)
+# ---------------------------------------------------------------------------
+
+def test_attach_qd_routes_agree(spark):
+    df = spark.createDataFrame([
+        ("s1", "q1", ["a", "b", "c"]), ("s2", "q1", ["c", "z", "a"]), ("s3", "q2", ["a", "b"]),
+        ("s4", None, ["a"]), ("s5", "q1", []), ("s6", "q1", None), ("s7", "q3", ["x"]),
+        ("s8", "q1", ["a", "a", None]), ("s9", "q4", ["a"]),
+    ], "serp_id string, query_id string, doc_ids array<string>")
+    qd = spark.createDataFrame([
+        ("q1", "a", 0.1, 0.2), ("q1", "b", 0.3, 0.4), ("q1", "c", 0.5, 0.6), ("q1", "d", 0.7, 0.8),
+        ("q2", "a", 0.9, 0.15), ("q3", "y", 0.25, 0.35)], "query_id string, doc_id string, alpha double, sigma double")
+    prior = {"alpha": 0.01, "sigma": 0.02}
+    table = {("q1", "a"): (0.1, 0.2), ("q1", "b"): (0.3, 0.4), ("q1", "c"): (0.5, 0.6), ("q2", "a"): (0.9, 0.15)}
+
+    def arrays(q, docs, i):
+        return None if docs is None else [table.get((q, d), (0.01, 0.02))[i] for d in docs]
+
+    expected = {r[0]: (r[1], r[2], arrays(r[1], r[2], 0), arrays(r[1], r[2], 1)) for r in df.collect()}
+    # 0: every query by the join; 1 and 3: q1 (4 pairs) by the join, q2 / q3 by maps; 100: maps only
+    for threshold in (0, 1, 3, 100):
+        out = spark_em._attach_by_size(df, qd, ["alpha", "sigma"], prior, threshold)
+        assert out.columns == ["serp_id", "query_id", "doc_ids", "_qd_alpha", "_qd_sigma"]
+        got = {r.serp_id: (r.query_id, r.doc_ids, r._qd_alpha, r._qd_sigma) for r in out.collect()}
+        assert got == expected, threshold
+    assert {r.serp_id: (r.query_id, r.doc_ids, r._qd_alpha, r._qd_sigma)
+            for r in attach_qd(df, qd, ["alpha", "sigma"], prior).collect()} == expected
+
+
+@pytest.mark.parametrize("name", ["dbn", "ubm"])
+def test_fit_join_route_matches_numpy_oracle(spark, monkeypatch, name):
+    monkeypatch.setattr(spark_em, "MAP_MAX_DOCS", 0)       # every query takes the join route
+    check_fit_matches_numpy_oracle(spark, name)
+
+
+def test_predict_and_sampling_same_on_both_routes(spark, monkeypatch):
+    model = get_model("dbn")
+    log = Log(model, n_serps=80, M=5, seed=21, n_queries=4, pool=8)
+    fitted, _, _ = hand_fitted(spark, model, log, seed=3)
+    df = log.df(spark)
+    by_map = (predict_clicks(df, fitted), sorted_rows(sample_serps(df, fitted, k=2, seed=5)))
+    monkeypatch.setattr(spark_em, "MAP_MAX_DOCS", 0)
+    by_join = (predict_clicks(df, fitted), sorted_rows(sample_serps(df, fitted, k=2, seed=5)))
+    assert_df_equality(by_map[0], by_join[0], ignore_nullable=True, ignore_row_order=True)
+    assert_df_equality(by_map[1], by_join[1], ignore_nullable=True)
 
 
 def last_input(model, log, n_iter):
