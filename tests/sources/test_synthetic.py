@@ -46,3 +46,18 @@ def test_shape_is_tiangong_like_and_clicks_follow_the_truth(spark, warehouse):
                            on=["query_id", "doc_id"], how="inner")
                 .where("pos = 0").select(F.avg("alpha")).first()[0])
     assert abs(ctr[0] - 0.98 * expected) < 0.03  # 3,000 Bernoulli draws: sd < 0.01
+
+
+def test_ubm_and_dbn_logs_follow_their_truth(spark, warehouse):
+    """Rank 1 is always examined (UBM: gamma[1, no click above]; DBN: E_1 = 1), so CTR@1 = exam * E[alpha]."""
+    for model, exam_at_1 in (("ubm", 0.98), ("dbn", 1.0)):
+        serps, _ = synthetic.generate(spark, _cfg(model=model), warehouse, f"r-{model}")
+        params = read_table(spark, warehouse, "model_params").where("run_id = 'truth-syn'")
+        assert params.where("model = '%s'" % model).count() > 0
+        first = serps.select("query_id", F.col("doc_ids")[0].alias("doc_id"), F.col("clicks")[0].alias("c"))
+        joined = first.join(params.where("param = 'alpha'").select("query_id", "doc_id", F.col("value").alias("a")),
+                            on=["query_id", "doc_id"], how="inner")
+        ctr, mean_alpha, n = joined.agg(F.avg("c"), F.avg("a"), F.count("c")).first()
+        assert n == 3000 and abs(ctr - exam_at_1 * mean_alpha) < 0.03, (model, ctr, mean_alpha)
+    gamma = params.where("model = 'dbn' AND param = 'gamma'").first()["value"]
+    assert gamma == 0.9
