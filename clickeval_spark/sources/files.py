@@ -61,5 +61,22 @@ def numbered_lines(spark: SparkSession, path: str) -> DataFrame:
     )
 
 
+def whitespace_fields(spark: SparkSession, path: str, n_fields: int, layout: str) -> DataFrame:
+    """Non-blank lines split on whitespace and checked for `n_fields` fields (label files).
+
+    Columns: source, line, record (null), raw, f (the fields; null when the count is
+    wrong), parse_rule and parse_reason (set when the count is wrong).
+    """
+    fields = F.split(F.trim(F.col("raw")), r"\s+")
+    ok = F.size(fields) == n_fields
+    return numbered_lines(spark, path).where(F.trim("raw") != "").select(
+        "source", "line", F.lit(None).cast("string").alias("record"), "raw",
+        F.when(ok, fields).alias("f"),
+        F.when(~ok, F.lit("unparseable")).alias("parse_rule"),
+        F.when(~ok, F.format_string(f"expected {n_fields} whitespace-separated fields ({layout}), got %d",
+                                    F.size(fields))).alias("parse_reason"),
+    )
+
+
 def truncate_raw(col: str = "raw"):
     return F.substring(F.col(col), 1, RAW_MAX_CHARS)

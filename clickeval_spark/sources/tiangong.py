@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from clickeval_spark.sources.files import ensure_readable, numbered_lines
+from clickeval_spark.sources.files import ensure_readable, whitespace_fields
 
 _CORRUPT = "_corrupt_record"
 
@@ -112,26 +112,19 @@ def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
 
 def read_labels(spark: SparkSession, path: str, dataset: str, query_prefix: str, doc_prefix: str) -> DataFrame:
     """Parsed label records, one per line; serp_id and rank are resolved later against serps."""
-    fields = F.split(F.trim(F.col("raw")), r"\s+")
     with_prefix = lambda value, prefix: (  # noqa: E731
         F.when(value.rlike(r"^[0-9]+$"), F.concat(F.lit(prefix), value)).otherwise(value)
     )
-    parsed = numbered_lines(spark, path).where(F.trim("raw") != "").select(
-        "source", "line", "raw", fields.alias("f"),
-    )
-    ok = F.size("f") == 5
-    return parsed.select(
-        "source", "line", F.lit(None).cast("string").alias("record"), "raw",
-        F.when(~ok, F.lit("unparseable")).alias("parse_rule"),
-        F.when(~ok, F.format_string("expected 5 whitespace-separated fields (id session query doc relevance), got %d",
-                                    F.size("f"))).alias("parse_reason"),
+    f = F.col("f")
+    query, doc = with_prefix(f[2], query_prefix), with_prefix(f[3], doc_prefix)
+    return whitespace_fields(spark, path, 5, "id session query doc relevance").select(
+        "source", "line", "record", "raw", "parse_rule", "parse_reason",
         F.lit(dataset).alias("dataset"),
-        F.when(ok, F.col("f")[1]).alias("session_id"),
-        F.when(ok, with_prefix(F.col("f")[2], query_prefix)).alias("query_id"),
+        f[1].alias("session_id"),
+        query.alias("query_id"),
         F.lit(None).cast("string").alias("serp_id"),
         # the key uses the mapped ids: "q5" and a bare "5" name the same query
-        F.when(ok, F.concat_ws("|", F.col("f")[1], with_prefix(F.col("f")[2], query_prefix),
-                               with_prefix(F.col("f")[3], doc_prefix))).alias("label_key"),
-        F.when(ok, F.array(with_prefix(F.col("f")[3], doc_prefix))).alias("doc_ids"),
-        F.when(ok, F.array(F.col("f")[4])).alias("relevances"),
+        F.concat_ws("|", f[1], query, doc).alias("label_key"),
+        F.array(doc).alias("doc_ids"),
+        F.array(f[4]).alias("relevances"),
     )

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from clickeval_spark.sources.files import numbered_lines
+from clickeval_spark.sources.files import numbered_lines, whitespace_fields
 
 
 def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
@@ -103,19 +103,14 @@ def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
 
 def read_labels(spark: SparkSession, path: str, dataset: str) -> DataFrame:
     """Pooled labels `QueryID RegionID URLID Relevance`, not tied to a SERP."""
-    fields = F.split(F.trim(F.col("raw")), r"\s+")
-    parsed = numbered_lines(spark, path).where(F.trim("raw") != "").select("source", "line", "raw", fields.alias("f"))
-    ok = F.size("f") == 4
-    return parsed.select(
-        "source", "line", F.lit(None).cast("string").alias("record"), "raw",
-        F.when(~ok, F.lit("unparseable")).alias("parse_rule"),
-        F.when(~ok, F.format_string("expected 4 fields (QueryID RegionID URLID Relevance), got %d",
-                                    F.size("f"))).alias("parse_reason"),
+    f = F.col("f")
+    return whitespace_fields(spark, path, 4, "QueryID RegionID URLID Relevance").select(
+        "source", "line", "record", "raw", "parse_rule", "parse_reason",
         F.lit(dataset).alias("dataset"),
         F.lit(None).cast("string").alias("session_id"),
-        F.when(ok, F.col("f")[0]).alias("query_id"),
+        f[0].alias("query_id"),
         F.lit(None).cast("string").alias("serp_id"),
-        F.when(ok, F.concat_ws("|", F.col("f")[0], F.col("f")[1], F.col("f")[2])).alias("label_key"),
-        F.when(ok, F.array(F.col("f")[2])).alias("doc_ids"),
-        F.when(ok, F.array(F.col("f")[3])).alias("relevances"),
+        F.concat_ws("|", f[0], f[1], f[2]).alias("label_key"),
+        F.array(f[2]).alias("doc_ids"),
+        F.array(f[3]).alias("relevances"),
     )
