@@ -25,13 +25,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from clickeval_spark.models.base import ClickModel
+from clickeval_spark import tables
 from clickeval_spark.models.spark_em import FittedModel
 
-MODEL_PARAMS_SCHEMA = (
-    "run_id string, model string, param string, query_id string, doc_id string, "
-    "rank int, prev_click_rank int, value double, n_obs double"
-)
-_COLS = ["run_id", "model", "param", "query_id", "doc_id", "rank", "prev_click_rank", "value", "n_obs"]
+# the table's own schema (clickeval_spark/tables.py), as a DDL string
+MODEL_PARAMS_SCHEMA = tables.MODEL_PARAMS.simpleString()
+_COLS = tables.MODEL_PARAMS.fieldNames()
 PRIOR_PREFIX = "prior_"
 
 

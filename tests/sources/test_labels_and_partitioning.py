@@ -1,6 +1,5 @@
 """Label rules, and ingest results that must not depend on how the input is split into partitions."""
 
-from pyspark.sql import functions as F
 
 from clickeval_spark.config import IngestConfig
 from clickeval_spark.validation import LABEL_RULES
