@@ -102,6 +102,23 @@ RELEVANCE_SCORES = T.StructType([
     T.StructField("score", T.DoubleType(), False),
 ])
 
+METRICS = T.StructType([
+    T.StructField("run_id", T.StringType(), False),
+    T.StructField("model", T.StringType(), False),
+    T.StructField("dataset", T.StringType(), False),
+    T.StructField("split", T.StringType(), False),
+    # LL, PPL, PPL_cond, NDCG; <metric>_diff (model minus reference_model); bookkeeping counts
+    T.StructField("metric", T.StringType(), False),
+    # t for PPL@t, k for NDCG@k; null for LL and total PPL
+    T.StructField("cutoff", T.IntegerType(), True),
+    T.StructField("value", T.DoubleType(), True),
+    # SERPs behind the value (SERPs with rank t for PPL@t, labelled SERPs for NDCG)
+    T.StructField("n", T.LongType(), True),
+    T.StructField("ci_low", T.DoubleType(), True),
+    T.StructField("ci_high", T.DoubleType(), True),
+    T.StructField("reference_model", T.StringType(), True),
+])
+
 SCHEMAS: dict[str, T.StructType] = {
     "serps": SERPS,
     "relevance_labels": RELEVANCE_LABELS,
@@ -110,6 +127,7 @@ SCHEMAS: dict[str, T.StructType] = {
     "runs": RUNS,
     "click_predictions": CLICK_PREDICTIONS,
     "relevance_scores": RELEVANCE_SCORES,
+    "metrics": METRICS,
 }
 
 # the column a table is partitioned on: the unit a rerun replaces
@@ -121,6 +139,7 @@ PARTITION_COLUMNS: dict[str, str] = {
     "runs": "run_id",
     "click_predictions": "run_id",
     "relevance_scores": "run_id",
+    "metrics": "run_id",
 }
 
 

@@ -1,0 +1,141 @@
+"""The evaluate stage's computation: per-session statistics → bootstrap sums → metric rows.
+
+Spark does all per-row and per-session work (one aggregation pass for the click
+statistics, window functions for NDCG, one vectorised pass for the replicates);
+the driver receives (models × splits × (replicates + 1)) rows of sums and turns
+them into metrics with intervals. Nothing per SERP reaches the driver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from clickeval_spark.metrics import bootstrap, click_prediction, ndcg
+from clickeval_spark.tables import METRICS
+
+KEYS = ("model", "dataset", "split")
+# the headline metrics that also get paired differences against a reference model
+PAIRED = ("LL", "PPL", "PPL_cond", "NDCG")
+
+
+@dataclass(frozen=True)
+class MetricOptions:
+    max_rank: int = 10
+    eps: float = 1e-6
+    replicates: int = 200
+    seed: int = 20210414
+    confidence: float = 0.95
+    ndcg_cutoffs: tuple[int, ...] = (1, 3, 5, 10)
+    ndcg_gain: str = "exponential"
+    ndcg_ideal: str = "serp"
+
+
+def session_statistics(predictions: DataFrame, serps: DataFrame, labels: DataFrame | None,
+                       scores: DataFrame | None, ndcg_models: Sequence[str], opts: MetricOptions) -> tuple[DataFrame, list[str]]:
+    """One row per (model, dataset, split, session) with every additive statistic, and their names."""
+    click_cols = click_prediction.stat_columns(opts.max_rank)
+    clicks = click_prediction.session_stats(
+        predictions, serps.select("dataset", "serp_id", "session_id"), opts.max_rank, opts.eps)
+    if labels is None or scores is None or not ndcg_models:
+        return clicks, click_cols
+    spark = predictions.sparkSession
+    ndcg_cols = ndcg.stat_columns(opts.ndcg_cutoffs)
+    graded = ndcg.graded_docs(serps, labels, opts.max_rank, opts.ndcg_gain)
+    idcg = ndcg.ideal_dcg(graded, labels, opts.ndcg_cutoffs, opts.ndcg_gain, opts.ndcg_ideal)
+    models = spark.createDataFrame([(m,) for m in ndcg_models], "model string")
+    per_serp = ndcg.serp_ndcg(graded, idcg, scores, models, opts.ndcg_cutoffs)
+    labelled = ndcg.session_stats(per_serp, opts.ndcg_cutoffs)
+    zero = F.lit(0).cast("long")
+    all_cols = click_cols + ndcg_cols
+    combined = (
+        clicks.select(*KEYS, "session_id", *click_cols, *[zero.alias(c) for c in ndcg_cols])
+        .unionByName(labelled.select(*KEYS, "session_id", *[zero.alias(c) for c in click_cols], *ndcg_cols))
+        .groupBy(*KEYS, "session_id")
+        .agg(*[F.sum(c).alias(c) for c in all_cols])
+    )
+    return combined, all_cols
+
+
+def _replicate_arrays(rows: Iterable, stat_cols: Sequence[str], replicates: int) -> dict[tuple, dict[str, np.ndarray]]:
+    """{(model, dataset, split): {stat: float array over replicates 0..R}} from collected sums."""
+    out: dict[tuple, dict[str, np.ndarray]] = {}
+    for row in rows:
+        key = tuple(row[k] for k in KEYS)
+        group = out.setdefault(key, {c: np.full(replicates + 1, np.nan) for c in stat_cols})
+        for c in stat_cols:
+            group[c][row["replicate"]] = float(int(row[c]))
+    return out
+
+
+def _metric_row(key: tuple, metric: str, cutoff: int | None, reps: np.ndarray, n: int | None,
+                confidence: float, reference: str | None = None) -> dict:
+    low, high = bootstrap.percentile_interval(reps[1:], confidence)
+    value = float(reps[0])
+    return {"model": key[0], "dataset": key[1], "split": key[2], "metric": metric, "cutoff": cutoff,
+            "value": value if np.isfinite(value) else None, "n": n, "ci_low": low, "ci_high": high,
+            "reference_model": reference}
+
+
+def metric_rows(replicate_sums: DataFrame, stat_cols: Sequence[str], opts: MetricOptions,
+                reference_model: str | None) -> list[dict]:
+    """Metric rows (dicts in the metrics contract, without run_id) from the bootstrap sums."""
+    groups = _replicate_arrays(replicate_sums.collect(), stat_cols, opts.replicates)
+    scale = bootstrap.SCALE
+    per_group: dict[tuple, dict[tuple[str, int | None], np.ndarray]] = {}
+    rows = []
+    for key, sums in sorted(groups.items()):
+        metrics = click_prediction.metric_replicates(sums, opts.max_rank, scale)
+        n_lab = int(sums.get("n_labelled", np.zeros(1))[0])
+        if n_lab > 0:
+            metrics.update(ndcg.metric_replicates(sums, opts.ndcg_cutoffs, scale))
+        per_group[key] = metrics
+        n_serps = int(sums["n_serps"][0])
+        for (metric, cutoff), reps in metrics.items():
+            n = n_lab if metric == "NDCG" else (int(sums[f"n_{cutoff}"][0]) if cutoff else n_serps)
+            rows.append(_metric_row(key, metric, cutoff, reps, n, opts.confidence))
+        bookkeeping = {"clipped_p_click_cond": "clipped_cond", "clipped_p_click": "clipped_uncond",
+                       "ndcg_excluded_idcg0": "excluded_idcg0", "ndcg_negative_grades": "negative_grades",
+                       "ndcg_unjudged_docs": "unjudged_docs", "ndcg_unscored_docs": "unscored_docs"}
+        for metric, col in bookkeeping.items():
+            if col in sums and (metric.startswith("clipped") or n_lab or int(sums[col][0])):
+                rows.append({"model": key[0], "dataset": key[1], "split": key[2], "metric": metric,
+                             "cutoff": None, "value": float(sums[col][0]), "n": None, "ci_low": None,
+                             "ci_high": None, "reference_model": None})
+    if reference_model:
+        rows += paired_difference_rows(per_group, groups, reference_model, opts.confidence)
+    return rows
+
+
+def paired_difference_rows(per_group: dict, groups: dict, reference: str, confidence: float) -> list[dict]:
+    """metric_diff = model − reference on the same SERPs, replicate by replicate (shared session weights)."""
+    rows = []
+    for (model, dataset, split), metrics in per_group.items():
+        ref_key = (reference, dataset, split)
+        if model == reference or ref_key not in per_group:
+            continue
+        if groups[ref_key]["n_serps"][0] != groups[(model, dataset, split)]["n_serps"][0]:
+            continue  # not the same SERPs: a paired difference would be meaningless
+        for (metric, cutoff), reps in metrics.items():
+            ref = per_group[ref_key].get((metric, cutoff))
+            if metric in PAIRED and ref is not None and (cutoff is None or metric == "NDCG"):
+                n = int(groups[ref_key]["n_labelled" if metric == "NDCG" else "n_serps"][0])
+                rows.append(_metric_row((model, dataset, split), f"{metric}_diff", cutoff, reps - ref, n,
+                                        confidence, reference))
+    return rows
+
+
+def compute_metrics(predictions: DataFrame, serps: DataFrame, labels: DataFrame | None,
+                    scores: DataFrame | None, ndcg_models: Sequence[str], opts: MetricOptions,
+                    reference_model: str | None = None) -> list[dict]:
+    stats, cols = session_statistics(predictions, serps, labels, scores, ndcg_models, opts)
+    sums = bootstrap.replicate_sums(stats, KEYS, cols, opts.seed, opts.replicates)
+    return metric_rows(sums, cols, opts, reference_model)
+
+
+def metrics_frame(spark: SparkSession, rows: list[dict], run_id: str) -> DataFrame:
+    return spark.createDataFrame([{"run_id": run_id, **r} for r in rows], METRICS)

@@ -1,0 +1,90 @@
+"""The session-level Poisson bootstrap: exact sums, 1/sqrt(n) narrowing, and coverage of the true LL."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from clickeval_spark.metrics import bootstrap
+from clickeval_spark.metrics.evaluate import MetricOptions, compute_metrics
+from tests.metrics.helpers import PREDICTIONS_SCHEMA, SERPS_SCHEMA
+
+GAMMA = 1.0 / np.arange(1, 11) ** 0.7
+ALPHA_RANGE = (0.05, 0.95)
+SERPS_PER_SESSION = 3
+
+
+def simulate_pbm(rng, model, n_sessions):
+    """Sessions of 3 SERPs of one query (shared attractiveness, so SERPs of a session are correlated);
+    predictions are the true PBM probabilities."""
+    alpha = rng.uniform(*ALPHA_RANGE, size=(n_sessions, 1, 10)).repeat(SERPS_PER_SESSION, axis=1)
+    p = (alpha * GAMMA).reshape(-1, 10)
+    clicks = (rng.uniform(size=p.shape) < p).astype(int)
+    n = len(p)
+    serp_ids = np.array([f"{model}-{i}" for i in range(n)])
+    session_ids = np.array([f"{model}-s{i // SERPS_PER_SESSION}" for i in range(n)])
+    preds = pd.DataFrame({
+        "model": model, "dataset": "sim", "split": "test", "serp_id": serp_ids.repeat(10),
+        "rank": np.tile(np.arange(1, 11, dtype=np.int32), n), "click": clicks.ravel().astype(np.int32),
+        "p_click_cond": p.ravel(), "p_click": p.ravel()})
+    serps = pd.DataFrame({"dataset": "sim", "split": "test", "session_id": session_ids, "serp_id": serp_ids,
+                          "query_id": session_ids, "doc_ids": [["x"] * 10] * n, "clicks": clicks.tolist()})
+    return preds, serps
+
+
+def true_expected_ll():
+    """E[LL] under the simulation: mean over ranks of E_alpha[p ln p + (1-p) ln(1-p)], p = gamma_t alpha."""
+    lo, hi = ALPHA_RANGE
+    alpha = lo + (np.arange(200_000) + 0.5) * (hi - lo) / 200_000
+    p = alpha[:, None] * GAMMA[None, :]
+    return float(np.mean(p * np.log(p) + (1 - p) * np.log(1 - p)))
+
+
+@pytest.fixture(scope="module")
+def repeats(spark):
+    """100 seeded repeats of 100 sessions and 10 repeats of 400 sessions, evaluated in one pass (one 'model' each)."""
+    rng = np.random.default_rng(2021)
+    frames = [simulate_pbm(rng, f"r{i:03d}", 100) for i in range(100)]
+    frames += [simulate_pbm(rng, f"x4-{i}", 400) for i in range(10)]
+    preds = pd.concat([f[0] for f in frames], ignore_index=True)
+    serps = pd.concat([f[1] for f in frames], ignore_index=True)
+    rows = compute_metrics(spark.createDataFrame(preds, PREDICTIONS_SCHEMA),
+                           spark.createDataFrame(serps, SERPS_SCHEMA), None, None, [],
+                           MetricOptions(replicates=200, seed=9))
+    return {r["model"]: r for r in rows if r["metric"] == "LL"}
+
+
+def test_interval_covers_true_expected_ll(repeats):
+    truth = true_expected_ll()
+    covered = sum(repeats[f"r{i:03d}"]["ci_low"] <= truth <= repeats[f"r{i:03d}"]["ci_high"] for i in range(100))
+    print(f"true E[LL] {truth:.5f}; covered in {covered}/100 repeats")
+    assert covered >= 85
+    # and an interval is not trivially wide: well under the spread of the point estimates
+    widths = [repeats[f"r{i:03d}"]["ci_high"] - repeats[f"r{i:03d}"]["ci_low"] for i in range(100)]
+    spread = np.std([repeats[f"r{i:03d}"]["value"] for i in range(100)])
+    assert 3.0 * spread < np.mean(widths) < 5.0 * spread  # ~2 x 1.96 sd for a 95% interval
+
+
+def test_four_times_the_data_halves_the_interval(repeats):
+    small = np.mean([repeats[f"r{i:03d}"]["ci_high"] - repeats[f"r{i:03d}"]["ci_low"] for i in range(100)])
+    large = np.mean([repeats[f"x4-{i}"]["ci_high"] - repeats[f"x4-{i}"]["ci_low"] for i in range(10)])
+    print(f"mean 95% width: 100 sessions {small:.5f}, 400 sessions {large:.5f}, ratio {large / small:.3f}")
+    assert 0.4 <= large / small <= 0.6
+
+
+def test_weights_are_poisson_one_and_pure_functions_of_the_hash():
+    hashes = np.random.default_rng(0).integers(-2**63, 2**63 - 1, size=50_000, dtype=np.int64)
+    w = bootstrap.poisson_weights(hashes, 40)
+    assert (w[:, 0] == 1).all()
+    draws = w[:, 1:].ravel()
+    assert draws.mean() == pytest.approx(1.0, abs=0.01) and draws.var() == pytest.approx(1.0, abs=0.02)
+    assert (np.bincount(draws)[:3] / draws.size) == pytest.approx([np.exp(-1), np.exp(-1), np.exp(-1) / 2], abs=0.005)
+    # a session's weights do not depend on which other sessions share its batch
+    assert (bootstrap.poisson_weights(hashes[7:9], 40) == w[7:9]).all()
+
+
+def test_weighted_sums_are_exact_for_large_integers():
+    rng = np.random.default_rng(1)
+    stats = rng.integers(-2**42, 2**42, size=(3000, 7), dtype=np.int64)
+    w = bootstrap.poisson_weights(rng.integers(-2**63, 2**63 - 1, size=3000, dtype=np.int64), 30)
+    exact = w.T.astype(object) @ stats.astype(object)
+    assert (bootstrap.weighted_sums(w, stats).astype(object) == exact).all()
