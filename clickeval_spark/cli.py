@@ -6,7 +6,7 @@ import importlib
 import sys
 
 # the pipeline's stages in run order: jobs/<stage>.py each, and one Airflow task each
-PIPELINE_STAGES = ("ingest", "fit", "predict")
+PIPELINE_STAGES = ("ingest", "fit", "predict", "evaluate", "generate", "surrogate")
 STAGES = (*PIPELINE_STAGES, "pipeline")
 
 

@@ -149,6 +149,104 @@ class PredictConfig:
 
 
 @dataclass(frozen=True)
+class ExternalModelConfig:
+    """Predictions of a model trained elsewhere (NCM, CACM, AICM, ...), in the click_predictions contract."""
+    name: str
+    predictions: str
+    # relevance_scores contract (query_id, doc_id, score); without it the model gets no NDCG
+    relevance_scores: str | None = None
+    format: Literal["auto", "delta", "parquet"] = "auto"
+
+    def __post_init__(self) -> None:
+        if not re.match(r"^[A-Za-z0-9_.-]{1,64}$", self.name):
+            raise ConfigError(f"evaluate.external.name: {self.name!r} must be 1-64 of [A-Za-z0-9_.-]")
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    splits: tuple[str, ...] = ("test",)
+    # probabilities are clipped to [eps, 1 - eps]; the number clipped is reported
+    eps: float = 1e-6
+    replicates: int = 200
+    seed: int = 20210414
+    confidence: float = 0.95
+    ndcg_cutoffs: tuple[int, ...] = (1, 3, 5, 10)
+    ndcg_gain: Literal["exponential", "linear"] = "exponential"
+    # serp: ideal order of the SERP's own grades; query: of every judged document of the query
+    ndcg_ideal: Literal["serp", "query"] = "serp"
+    # paired differences (<metric>_diff) of every model against this one; null: none
+    reference_model: str | None = "rctr"
+    external: tuple[ExternalModelConfig, ...] = ()
+
+    def __post_init__(self) -> None:
+        bad = [s for s in self.splits if s not in SPLITS]
+        if bad or not self.splits:
+            raise ConfigError(f"evaluate.splits: {bad or '[]'} not allowed; allowed: {list(SPLITS)}")
+        if not 0 < self.eps < 0.5:
+            raise ConfigError("evaluate.eps: must be in (0, 0.5)")
+        if self.replicates < 1:
+            raise ConfigError("evaluate.replicates: must be >= 1")
+        if not 0 < self.confidence < 1:
+            raise ConfigError("evaluate.confidence: must be in (0, 1)")
+        if not self.ndcg_cutoffs or any(k < 1 for k in self.ndcg_cutoffs):
+            raise ConfigError("evaluate.ndcg_cutoffs: a non-empty list of integers >= 1")
+        names = [e.name for e in self.external]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"evaluate.external: model names must be unique, got {names}")
+
+
+@dataclass(frozen=True)
+class ExternalSequencesConfig:
+    """Click sequences sampled by a model trained elsewhere, in the synthetic_serps layout."""
+    name: str
+    path: str
+    format: Literal["auto", "delta", "parquet"] = "auto"
+
+    def __post_init__(self) -> None:
+        if not re.match(r"^[A-Za-z0-9_.-]{1,64}$", self.name):
+            raise ConfigError(f"generate.external.name: {self.name!r} must be 1-64 of [A-Za-z0-9_.-]")
+
+
+LIST_ORDERS = ("original", "shuffled_all", "shuffled_halves")
+CLICK_MODES = ("stochastic", "deterministic")
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    # generator models among fit.models; empty: every fitted model
+    generators: tuple[str, ...] = ()
+    samples: int = 7
+    click_modes: tuple[str, ...] = ("stochastic",)
+    list_orders: tuple[str, ...] = LIST_ORDERS
+    split: Literal["train", "valid", "test"] = "test"
+    seed: int = 20210415
+    external: tuple[ExternalSequencesConfig, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.samples < 1:
+            raise ConfigError("generate.samples: must be >= 1")
+        for key, values, allowed in (("click_modes", self.click_modes, CLICK_MODES),
+                                     ("list_orders", self.list_orders, LIST_ORDERS)):
+            bad = [v for v in values if v not in allowed]
+            if bad or not values:
+                raise ConfigError(f"generate.{key}: {bad or '[]'} not allowed; allowed: {list(allowed)}")
+
+
+@dataclass(frozen=True)
+class SurrogateConfig:
+    model: str = "dcm"
+    # the same for every generator of a run
+    iterations: int = 10
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if self.model not in MODEL_NAMES:
+            raise ConfigError(f"surrogate.model: {self.model!r} is not allowed; allowed: {list(MODEL_NAMES)}")
+        if self.iterations < 1:
+            raise ConfigError("surrogate.iterations: must be >= 1")
+
+
+@dataclass(frozen=True)
 class AppConfig:
     env: str = "local"
     run_id: str | None = None
@@ -156,10 +254,34 @@ class AppConfig:
     ingest: IngestConfig = field(default_factory=IngestConfig)
     fit: FitConfig = field(default_factory=FitConfig)
     predict: PredictConfig = field(default_factory=PredictConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
+    surrogate: SurrogateConfig = field(default_factory=SurrogateConfig)
 
     def __post_init__(self) -> None:
         if self.run_id is not None:
             validate_run_id(self.run_id)
+        clash = [e.name for e in self.evaluate.external if e.name in self.fit.models]
+        if clash:
+            raise ConfigError(f"evaluate.external: {clash} clash with fitted models in fit.models; rename them")
+        missing = [s for s in self.evaluate.splits if s != "train" and s not in self.predict.splits]
+        if missing:
+            raise ConfigError(f"evaluate.splits: {missing} are not predicted; add them to predict.splits")
+
+        bad = [g for g in self.generate.generators if g not in self.fit.models]
+        if bad:
+            raise ConfigError(f"generate.generators: {bad} are not in fit.models {list(self.fit.models)}")
+        clash = [e.name for e in self.generate.external if e.name in self.fit.models]
+        if clash:
+            raise ConfigError(f"generate.external: {clash} clash with fitted models in fit.models; rename them")
+
+    @property
+    def generator_models(self) -> tuple[str, ...]:
+        return self.generate.generators or self.fit.models
+
+    @property
+    def evaluated_models(self) -> tuple[str, ...]:
+        return (*self.fit.models, *(e.name for e in self.evaluate.external))
 
 
 def _build(cls: type, data: Any, path: str) -> Any:
@@ -174,6 +296,10 @@ def _build(cls: type, data: Any, path: str) -> Any:
         raise ConfigError(
             f"{_join(path, sorted(unknown)[0])}: unknown key; allowed keys: {sorted(fields)}"
         )
+    required = [name for name, f in fields.items() if f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING and name not in data]
+    if required:
+        raise ConfigError(f"{_join(path, required[0])}: required key is missing")
     hints = typing.get_type_hints(cls)
     kwargs = {name: _coerce(hints[name], value, _join(path, name)) for name, value in data.items()}
     return cls(**kwargs)

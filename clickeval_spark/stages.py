@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import math
+import time
+from functools import reduce
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -15,6 +17,12 @@ from pyspark.sql import functions as F
 
 from clickeval_spark import ingest, tables
 from clickeval_spark.config import AppConfig, config_as_dict
+from clickeval_spark.errors import ClickevalError
+from clickeval_spark.generation import generate
+from clickeval_spark.metrics import external, ndcg
+from clickeval_spark.metrics.distributional import coverage, fit_surrogate, perplexity
+from clickeval_spark.metrics.evaluate import MetricOptions, compute_metrics, metrics_frame
+from clickeval_spark.metrics.summary import metrics_table
 from clickeval_spark.models import get_model
 from clickeval_spark.models.params_io import from_param_rows, to_param_rows
 from clickeval_spark.models.predict import predict_clicks, relevance_scores
@@ -104,3 +112,172 @@ def predict_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: s
         print(f"predict {name}: " + ", ".join(f"LL[{s}]={v:.4f}" for s, v in sorted(lls[name].items())
                                                if not math.isnan(v)))
     return lls
+
+
+def _labels(spark: SparkSession, warehouse: str, dataset: str) -> DataFrame | None:
+    if not DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, "relevance_labels")):
+        return None
+    return tables.read_table(spark, warehouse, "relevance_labels").where(F.col("dataset") == dataset)
+
+
+def _positions(serps: DataFrame, max_rank: int) -> DataFrame:
+    """dataset, split, serp_id, query_id, doc_id, rank, click: one row per evaluated position."""
+    return (
+        serps.select("dataset", "split", "serp_id", "query_id",
+                     F.posexplode(F.arrays_zip("doc_ids", "clicks")).alias("pos", "dc"))
+        .where(F.col("pos") < max_rank)
+        .select("dataset", "split", "serp_id", "query_id", F.col("dc.doc_ids").alias("doc_id"),
+                (F.col("pos") + 1).cast("int").alias("rank"), F.col("dc.clicks").alias("click"))
+    )
+
+
+def import_external_models(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) -> dict[str, str]:
+    """Check each configured external model and write it into this run's click_predictions /
+    relevance_scores, so from here on it is evaluated exactly like a built-in model."""
+    ecfg, dataset, max_rank = cfg.evaluate, cfg.ingest.dataset, cfg.fit.max_rank
+    if not ecfg.external:
+        return {}
+    all_serps = tables.read_table(spark, warehouse, "serps").where(F.col("dataset") == dataset)
+    positions = _positions(all_serps, max_rank)
+    labels = _labels(spark, warehouse, dataset)
+    imported = {}
+    for ext in ecfg.external:
+        raw = external.read_external(spark, ext.predictions, ext.format)
+        preds = external.checked_predictions(raw, positions, ecfg.splits, ext)
+        tables.replace_slice(preds.select(F.lit(run_id).alias("run_id"), "*"), warehouse, "click_predictions",
+                             {"run_id": run_id, "model": ext.name}, run_id)
+        if ext.relevance_scores is None:
+            imported[ext.name] = "predictions only (no relevance_scores: no NDCG)"
+            continue
+        evaluated = all_serps.where(F.col("split").isin(*ecfg.splits))
+        needed = (ndcg.graded_docs(evaluated, labels, max_rank, ecfg.ndcg_gain) if labels is not None
+                  else spark.createDataFrame([], "query_id string, doc_id string"))
+        scores = external.checked_scores(external.read_external(spark, ext.relevance_scores, ext.format), needed, ext)
+        tables.replace_slice(scores.select(F.lit(run_id).alias("run_id"), "*"), warehouse, "relevance_scores",
+                             {"run_id": run_id, "model": ext.name}, run_id)
+        imported[ext.name] = "predictions and relevance scores"
+    return imported
+
+
+def evaluate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) -> list[dict]:
+    """LL, PPL@t, NDCG@k with bootstrap intervals for every model of the run → metrics (DESIGN §5)."""
+    ecfg, dataset = cfg.evaluate, cfg.ingest.dataset
+    models = cfg.evaluated_models
+    with recorded_run(spark, warehouse, run_id, "evaluate", dataset, config_as_dict(cfg)) as run:
+        run.details["external"] = import_external_models(spark, cfg, warehouse, run_id)
+        serps = _serps(spark, warehouse, dataset, ecfg.splits)
+        preds = tables.read_table(spark, warehouse, "click_predictions").where(
+            (F.col("run_id") == run_id) & (F.col("dataset") == dataset)
+            & F.col("split").isin(*ecfg.splits) & F.col("model").isin(*models))
+        present = {r["model"] for r in preds.select("model").distinct().collect()}
+        absent = [m for m in models if m not in present]
+        if absent:
+            raise ClickevalError(f"run {run_id}: no click_predictions for {absent} on splits {list(ecfg.splits)} "
+                                 f"of dataset {dataset}; run `clickeval predict --run-id {run_id}` first")
+        scores = tables.read_table(spark, warehouse, "relevance_scores").where(
+            (F.col("run_id") == run_id) & F.col("model").isin(*models))
+        ranked = sorted({r["model"] for r in scores.select("model").distinct().collect()})
+        reference = ecfg.reference_model if ecfg.reference_model in models else None
+        if ecfg.reference_model and reference is None:
+            run.details["reference_model"] = f"{ecfg.reference_model} is not evaluated in this run: no _diff rows"
+        opts = MetricOptions(max_rank=cfg.fit.max_rank, eps=ecfg.eps, replicates=ecfg.replicates, seed=ecfg.seed,
+                             confidence=ecfg.confidence, ndcg_cutoffs=tuple(ecfg.ndcg_cutoffs),
+                             ndcg_gain=ecfg.ndcg_gain, ndcg_ideal=ecfg.ndcg_ideal)
+        rows = compute_metrics(preds.select("model", "dataset", "split", "serp_id", "rank", "click",
+                                            "p_click_cond", "p_click"),
+                               serps, _labels(spark, warehouse, dataset), scores.select("model", "query_id", "doc_id", "score"),
+                               ranked, opts, reference)
+        tables.replace_slice(metrics_frame(spark, rows, run_id), warehouse, "metrics",
+                             {"run_id": run_id, "dataset": dataset}, run_id)
+        run.counts["metrics"] = len(rows)
+        run.counts["models"] = len(models)
+    print(f"evaluate {dataset} run_id={run_id}: {len(rows)} metric rows, {ecfg.replicates} bootstrap replicates")
+    print(metrics_table(rows, models))
+    return rows
+
+
+def generate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) -> dict[str, int]:
+    """K synthetic click sequences per SERP of the generation split, per generator, click mode and list order."""
+    gcfg, dataset = cfg.generate, cfg.ingest.dataset
+    serps = _serps(spark, warehouse, dataset, (gcfg.split,))
+    params = tables.read_table(spark, warehouse, "model_params")
+    written = {}
+    for name in cfg.generator_models:
+        t0 = time.perf_counter()
+        with recorded_run(spark, warehouse, run_id, f"generate:{name}", dataset, config_as_dict(cfg)) as run:
+            fitted = from_param_rows(params, get_model(name), run_id, cfg.fit.max_rank)
+            parts = [generate(serps, fitted, name, samples=gcfg.samples, click_mode=mode, list_order=order,
+                              seed=gcfg.seed)
+                     for mode in gcfg.click_modes for order in gcfg.list_orders]
+            rows = reduce(DataFrame.unionByName, parts).select(F.lit(run_id).alias("run_id"), "*")
+            written[name] = _write_sequences(spark, rows, warehouse, run_id, name)
+            run.counts["synthetic_serps"] = written[name]
+        print(f"generate {name}: {written[name]} synthetic SERPs "
+              f"({len(gcfg.click_modes)} click mode(s) x {len(gcfg.list_orders)} list order(s)), "
+              f"{time.perf_counter() - t0:.1f} s")
+    for ext in gcfg.external:
+        t0 = time.perf_counter()
+        with recorded_run(spark, warehouse, run_id, f"generate:{ext.name}", dataset, config_as_dict(cfg)) as run:
+            raw = external.read_external(spark, ext.path, ext.format)
+            seqs = external.checked_sequences(raw, serps, ext.name, ext.path)
+            rows = (seqs.join(serps.drop("doc_ids", "clicks", "vtypes"), on="serp_id", how="inner")
+                    .select(F.lit(run_id).alias("run_id"), F.lit(ext.name).alias("generator_model"), "*",
+                            F.lit(None).cast("array<string>").alias("vtypes")))
+            written[ext.name] = _write_sequences(spark, rows, warehouse, run_id, ext.name)
+            run.counts["synthetic_serps"] = written[ext.name]
+        print(f"generate {ext.name} (external): {written[ext.name]} synthetic SERPs, {time.perf_counter() - t0:.1f} s")
+    return written
+
+
+def _write_sequences(spark: SparkSession, rows: DataFrame, warehouse: str, run_id: str, generator: str) -> int:
+    tables.replace_slice(rows, warehouse, "synthetic_serps", {"run_id": run_id, "generator_model": generator}, run_id)
+    return (tables.read_table(spark, warehouse, "synthetic_serps")
+            .where((F.col("run_id") == run_id) & (F.col("generator_model") == generator)).count())
+
+
+def surrogate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) -> list[dict]:
+    """Reverse / Forward PPL of every generator's sequences → distributional_metrics."""
+    scfg, dataset, max_rank = cfg.surrogate, cfg.ingest.dataset, cfg.fit.max_rank
+    surrogate = get_model(scfg.model)
+    real = _serps(spark, warehouse, dataset, (cfg.generate.split,))
+    synthetic = tables.read_table(spark, warehouse, "synthetic_serps").where(
+        (F.col("run_id") == run_id) & (F.col("dataset") == dataset))
+    variants = sorted(tuple(r) for r in synthetic.select("generator_model", "list_order", "click_mode")
+                      .distinct().collect())
+    if not variants:
+        raise ClickevalError(f"run {run_id}: no synthetic_serps for dataset {dataset}; "
+                             f"run `clickeval generate --run-id {run_id}` first")
+    rows = []
+    with recorded_run(spark, warehouse, run_id, "surrogate", dataset, config_as_dict(cfg)) as run:
+        t0 = time.perf_counter()
+        on_real = fit_surrogate(real, surrogate, scfg.iterations, max_rank, log)
+        baseline = perplexity(real, on_real, scfg.eps)
+        rows.append(_coverage_row(run_id, dataset, "real_log", scfg, "original", "observed", baseline, baseline,
+                                  baseline.n_serps))
+        print(f"surrogate {scfg.model} on the real {cfg.generate.split} SERPs: {baseline.n_serps} SERPs, "
+              f"PPL {baseline.total:.4f}, {time.perf_counter() - t0:.1f} s")
+        for generator, order, mode in variants:
+            t0 = time.perf_counter()
+            seqs = synthetic.where((F.col("generator_model") == generator) & (F.col("list_order") == order)
+                                   & (F.col("click_mode") == mode))
+            reverse, forward = coverage(real, seqs, on_real, surrogate, scfg.iterations, max_rank, scfg.eps, log)
+            rows.append(_coverage_row(run_id, dataset, generator, scfg, order, mode, reverse, forward,
+                                      baseline.n_serps))
+            print(f"surrogate {generator} {order}/{mode}: {forward.n_serps} synthetic SERPs, "
+                  f"reverse PPL {reverse.total:.4f}, forward PPL {forward.total:.4f}, "
+                  f"{time.perf_counter() - t0:.1f} s")
+        frame = spark.createDataFrame(rows, tables.DISTRIBUTIONAL_METRICS)
+        tables.replace_slice(frame, warehouse, "distributional_metrics", {"run_id": run_id, "dataset": dataset}, run_id)
+        run.counts["variants"] = len(variants)
+    return rows
+
+
+def _coverage_row(run_id, dataset, generator, scfg, order, mode, reverse, forward, n_real) -> dict:
+    def finite(v: float) -> float | None:
+        return None if math.isnan(v) else v
+
+    return {"run_id": run_id, "dataset": dataset, "generator_model": generator, "surrogate_model": scfg.model,
+            "variant": f"{order}/{mode}", "list_order": order, "click_mode": mode,
+            "reverse_ppl": finite(reverse.total), "forward_ppl": finite(forward.total),
+            "reverse_ppl_at": [finite(v) for v in reverse.at_rank], "forward_ppl_at": [finite(v) for v in forward.at_rank],
+            "n_synthetic": forward.n_serps, "n_real": n_real, "surrogate_iterations": scfg.iterations}

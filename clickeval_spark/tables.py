@@ -119,6 +119,33 @@ METRICS = T.StructType([
     T.StructField("reference_model", T.StringType(), True),
 ])
 
+SYNTHETIC_SERPS = T.StructType([
+    T.StructField("run_id", T.StringType(), False),
+    T.StructField("generator_model", T.StringType(), False),
+    T.StructField("sample_idx", T.IntegerType(), False),
+    T.StructField("click_mode", T.StringType(), False),
+    T.StructField("list_order", T.StringType(), False),
+    *[f for f in SERPS.fields if f.name != "ingest_run_id"],
+])
+
+DISTRIBUTIONAL_METRICS = T.StructType([
+    T.StructField("run_id", T.StringType(), False),
+    T.StructField("dataset", T.StringType(), False),
+    # a generator model, or "real_log": the surrogate fitted on the real test SERPs, scored on them
+    T.StructField("generator_model", T.StringType(), False),
+    T.StructField("surrogate_model", T.StringType(), False),
+    T.StructField("variant", T.StringType(), False),  # <list_order>/<click_mode>
+    T.StructField("list_order", T.StringType(), False),
+    T.StructField("click_mode", T.StringType(), False),
+    T.StructField("reverse_ppl", T.DoubleType(), True),
+    T.StructField("forward_ppl", T.DoubleType(), True),
+    T.StructField("reverse_ppl_at", T.ArrayType(T.DoubleType()), True),
+    T.StructField("forward_ppl_at", T.ArrayType(T.DoubleType()), True),
+    T.StructField("n_synthetic", T.LongType(), False),
+    T.StructField("n_real", T.LongType(), False),
+    T.StructField("surrogate_iterations", T.IntegerType(), False),
+])
+
 SCHEMAS: dict[str, T.StructType] = {
     "serps": SERPS,
     "relevance_labels": RELEVANCE_LABELS,
@@ -128,6 +155,8 @@ SCHEMAS: dict[str, T.StructType] = {
     "click_predictions": CLICK_PREDICTIONS,
     "relevance_scores": RELEVANCE_SCORES,
     "metrics": METRICS,
+    "synthetic_serps": SYNTHETIC_SERPS,
+    "distributional_metrics": DISTRIBUTIONAL_METRICS,
 }
 
 # the column a table is partitioned on: the unit a rerun replaces
@@ -140,6 +169,8 @@ PARTITION_COLUMNS: dict[str, str] = {
     "click_predictions": "run_id",
     "relevance_scores": "run_id",
     "metrics": "run_id",
+    "synthetic_serps": "run_id",
+    "distributional_metrics": "run_id",
 }
 
 

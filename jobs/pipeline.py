@@ -1,14 +1,15 @@
-"""The main job: ingest -> fit -> predict in one Spark session, all under one run id."""
+"""The main job: every stage of clickeval_spark.cli.PIPELINE_STAGES in order, in one Spark session, one run id."""
 
 import sys
 
+from clickeval_spark import stages
+from clickeval_spark.cli import PIPELINE_STAGES
 from clickeval_spark.runtime import run_job
-from clickeval_spark.stages import fit_stage, ingest_stage, predict_stage
 
 
 def pipeline_stage(spark, cfg, warehouse, run_id) -> None:
-    for stage in (ingest_stage, fit_stage, predict_stage):
-        stage(spark, cfg, warehouse, run_id)
+    for name in PIPELINE_STAGES:
+        getattr(stages, f"{name}_stage")(spark, cfg, warehouse, run_id)
     print(f"pipeline done: run_id={run_id}, tables under {warehouse}")
 
 

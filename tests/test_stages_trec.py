@@ -5,12 +5,14 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from clickeval_spark.config import AppConfig, FitConfig, IngestConfig, MODEL_NAMES, PredictConfig
+from clickeval_spark.config import (AppConfig, EvaluateConfig, ExternalModelConfig, FitConfig, IngestConfig,
+                                    MODEL_NAMES, PredictConfig)
 from clickeval_spark.models import get_model
 from clickeval_spark.models.params_io import from_param_rows
 from clickeval_spark.models.sampling import sample_serps
-from clickeval_spark.stages import fit_stage, ingest_stage, predict_stage
+from clickeval_spark.stages import evaluate_stage, fit_stage, ingest_stage, predict_stage
 from clickeval_spark.tables import read_table
+from examples.external_model import fit_and_write
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "trec-session-2014-demo"
 pytestmark = pytest.mark.skipif(not DATA.exists(), reason="../shared/data is not beside the checkout")
@@ -98,3 +100,35 @@ def test_refit_of_one_model_replaces_only_its_slice(spark, trec):
     assert after == before
     runs = read_table(spark, warehouse, "runs").where("run_id = 'trec-run' AND job = 'fit:pbm'").collect()
     assert len(runs) == 1 and runs[0]["counts"]["iterations"] == 1
+
+
+def test_evaluate_built_in_and_external_models(spark, trec, tmp_path):
+    cfg, warehouse, _, lls = trec
+    fit_and_write(spark, warehouse, "trec2014", str(tmp_path / "ext"))
+    ext = ExternalModelConfig(name="logreg", predictions=str(tmp_path / "ext" / "predictions"),
+                              relevance_scores=str(tmp_path / "ext" / "relevance_scores"))
+    cfg = AppConfig(ingest=cfg.ingest, fit=cfg.fit, predict=cfg.predict,
+                    evaluate=EvaluateConfig(replicates=30, external=(ext,)))
+    evaluate_stage(spark, cfg, warehouse, "trec-run")
+    metrics = read_table(spark, warehouse, "metrics").where("run_id = 'trec-run'")
+    ll = {r["model"]: r for r in metrics.where("metric = 'LL'").collect()}
+    assert set(ll) == {*MODEL_NAMES, "logreg"}
+    for name in MODEL_NAMES:  # the same number the predict stage reported, from an independent aggregation
+        assert ll[name]["value"] == pytest.approx(lls[name]["test"], abs=1e-9)
+        assert ll[name]["n"] == 363 and ll[name]["ci_low"] < ll[name]["value"] < ll[name]["ci_high"]
+    ndcg_models = {r["model"] for r in metrics.where("metric = 'NDCG' AND cutoff = 10").collect()}
+    assert ndcg_models == {m for m in MODEL_NAMES if get_model(m).qd_params} | {"logreg"}
+    n_labelled = {r["n"] for r in metrics.where("metric = 'NDCG'").collect()}
+    assert len(n_labelled) == 1 and 0 < n_labelled.pop() <= 100  # the label file's lists of test sessions
+    diffs = metrics.where("metric = 'LL_diff'").collect()
+    assert {r["model"] for r in diffs} == {*MODEL_NAMES, "logreg"} - {"rctr"}
+    assert all(r["reference_model"] == "rctr" for r in diffs)
+    # an external model with a hole in its predictions is refused, and nothing of it is written
+    (spark.read.parquet(str(tmp_path / "ext" / "predictions")).where("rank != 3")
+     .write.parquet(str(tmp_path / "holes")))
+    broken = ExternalModelConfig(name="holes", predictions=str(tmp_path / "holes"))
+    with pytest.raises(Exception, match="rule missing_prediction"):
+        evaluate_stage(spark, AppConfig(ingest=cfg.ingest, fit=cfg.fit, predict=cfg.predict,
+                                        evaluate=EvaluateConfig(replicates=5, external=(broken,))),
+                       warehouse, "trec-run")
+    assert read_table(spark, warehouse, "click_predictions").where("model = 'holes'").count() == 0

@@ -1,0 +1,67 @@
+"""Synthetic click sequences for the distributional measures (DESIGN §5, Reverse / Forward PPL).
+
+A generator model produces K click sequences per test SERP, on the list as logged
+(`original`) or on a poorly ranked version of it: `shuffled_all` (the whole list
+permuted) or `shuffled_halves` (top five and bottom five permuted separately).
+Permutations and clicks come from seeded hashes, so the rows are the same on any
+number of partitions; every generator sees the same permuted lists.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from clickeval_spark.config import CLICK_MODES, LIST_ORDERS
+from clickeval_spark.models.sampling import sample_serps
+from clickeval_spark.models.spark_em import FittedModel
+
+HALF = 5  # shuffled_halves: ranks 1-5 and 6-10 are permuted separately
+SERP_COLUMNS = ("dataset", "split", "session_id", "serp_id", "serp_pos", "query_id", "doc_ids", "vtypes",
+                "clicks", "log_date")
+
+
+def _permutation_key(seed: int, list_order: str, i: Column) -> Column:
+    """Sort key of position i (0-based): a seeded hash, kept within its half for shuffled_halves."""
+    h = F.xxhash64(F.lit(int(seed)).cast("long"), F.lit(list_order), F.col("serp_id"), i)
+    return F.struct((i >= HALF).cast("int").alias("half") if list_order == "shuffled_halves" else F.lit(0).alias("half"),
+                    h.alias("h"), i.alias("i"))
+
+
+def reorder(serps: DataFrame, list_order: str, seed: int) -> DataFrame:
+    """The SERPs with doc_ids / vtypes / clicks permuted as `list_order` says (original: unchanged)."""
+    if list_order not in LIST_ORDERS:
+        raise ValueError(f"list_order {list_order!r}; allowed: {list(LIST_ORDERS)}")
+    if list_order == "original":
+        return serps
+    idx = F.sequence(F.lit(0), F.size("doc_ids") - 1)
+    order = F.transform(F.array_sort(F.transform(idx, lambda i: _permutation_key(seed, list_order, i))),
+                        lambda k: k["i"])
+
+    def permute(col: str) -> Column:
+        return F.transform(order, lambda i: F.element_at(F.col(col), i + 1))
+
+    return serps.withColumns({
+        "doc_ids": permute("doc_ids"),
+        "clicks": permute("clicks"),
+        "vtypes": F.when(F.col("vtypes").isNull(), F.lit(None)).otherwise(permute("vtypes")),
+    })
+
+
+def generate(serps: DataFrame, fitted: FittedModel, generator: str, *, samples: int, click_mode: str,
+             list_order: str, seed: int) -> DataFrame:
+    """synthetic_serps rows (without run_id) of one generator, click mode and list order.
+
+    Deterministic mode clicks where P(click | generated clicks above) > 0.5, so its
+    K samples would be identical: one sample (sample_idx 0) is written.
+    """
+    if click_mode not in CLICK_MODES:
+        raise ValueError(f"click_mode {click_mode!r}; allowed: {list(CLICK_MODES)}")
+    deterministic = click_mode == "deterministic"
+    lists = reorder(serps.select(*SERP_COLUMNS), list_order, seed)
+    # one stream of uniforms per list order; generators share it (common random numbers)
+    sampled = sample_serps(lists, fitted, k=1 if deterministic else samples,
+                           seed=seed + LIST_ORDERS.index(list_order), deterministic=deterministic)
+    return sampled.select(
+        F.lit(generator).alias("generator_model"), "sample_idx", F.lit(click_mode).alias("click_mode"),
+        F.lit(list_order).alias("list_order"), *SERP_COLUMNS)

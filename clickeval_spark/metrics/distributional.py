@@ -1,0 +1,57 @@
+"""Reverse / Forward PPL (DESIGN §5): how well a generator's click sequences cover the real ones.
+
+Reverse PPL: a surrogate click model fitted on the generator's synthetic sequences,
+scored (total PPL) on the real test SERPs. Forward PPL: the surrogate fitted on the
+real test SERPs, scored on the synthetic sequences. The surrogate's model and EM
+iterations are the same for every generator of a run.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from clickeval_spark.metrics.bootstrap import SCALE, to_fixed
+from clickeval_spark.models.base import ClickModel
+from clickeval_spark.models.predict import predict_clicks
+from clickeval_spark.models.spark_em import FittedModel, fit
+
+
+@dataclass(frozen=True)
+class Perplexity:
+    total: float  # mean of PPL@t over the ranks present
+    at_rank: tuple[float, ...]  # PPL@1..M (NaN where no SERP reaches the rank)
+    n_serps: int
+
+
+def perplexity(serps: DataFrame, fitted: FittedModel, eps: float = 1e-6) -> Perplexity:
+    """Classic click-model perplexity of `fitted` on `serps` (unconditional p_click), per rank and total.
+
+    Sums are fixed-point (exact, order-free); only M per-rank rows reach the driver.
+    """
+    p = F.least(F.greatest(F.col("p_click"), F.lit(eps)), F.lit(1.0 - eps))
+    ln = F.when(F.col("click") == 1, F.log(p)).otherwise(F.log(1.0 - p))
+    per_rank = {r["rank"]: r for r in (
+        predict_clicks(serps, fitted).groupBy("rank")
+        .agg(F.count("*").alias("n"), F.sum(to_fixed(ln)).alias("ln")).collect())}
+    at_rank = tuple(math.exp(-per_rank[t]["ln"] / SCALE / per_rank[t]["n"]) if t in per_rank else math.nan
+                    for t in range(1, fitted.max_rank + 1))
+    present = [v for v in at_rank if not math.isnan(v)]
+    n_serps = per_rank[1]["n"] if 1 in per_rank else 0
+    return Perplexity(sum(present) / len(present) if present else math.nan, at_rank, n_serps)
+
+
+def fit_surrogate(serps: DataFrame, surrogate: ClickModel, iterations: int, max_rank: int,
+                  logger: logging.Logger | None = None) -> FittedModel:
+    return fit(serps, surrogate, iterations=iterations, max_rank=max_rank, logger=logger)
+
+
+def coverage(real: DataFrame, synthetic: DataFrame, on_real: FittedModel, surrogate: ClickModel,
+             iterations: int, max_rank: int, eps: float, logger: logging.Logger | None = None) -> tuple[Perplexity, Perplexity]:
+    """(Reverse, Forward) perplexity of one generator's synthetic sequences against the real SERPs."""
+    on_synthetic = fit_surrogate(synthetic, surrogate, iterations, max_rank, logger)
+    return perplexity(real, on_synthetic, eps), perplexity(synthetic, on_real, eps)

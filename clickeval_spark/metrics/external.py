@@ -1,0 +1,138 @@
+"""Predictions of models trained elsewhere, checked against the contract before they are evaluated.
+
+A user writes the click_predictions (serp_id, rank, p_click_cond, p_click[, click])
+and relevance_scores (query_id, doc_id, score) contracts as Delta or Parquet. The
+checks below make sure the model is scored on exactly the SERPs every built-in model
+is scored on; a violation fails the job with the rule and the first offending rows.
+"""
+
+from __future__ import annotations
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.utils import AnalysisException
+
+from clickeval_spark.config import CLICK_MODES, LIST_ORDERS, ExternalModelConfig
+from clickeval_spark.errors import ClickevalError
+
+PREDICTION_COLUMNS = ("serp_id", "rank", "p_click_cond", "p_click")
+SCORE_COLUMNS = ("query_id", "doc_id", "score")
+SHOWN = 5
+
+
+def read_external(spark: SparkSession, path: str, fmt: str) -> DataFrame:
+    if fmt == "auto":
+        fmt = "delta" if DeltaTable.isDeltaTable(spark, path) else "parquet"
+    try:
+        return spark.read.format(fmt).load(path)
+    except AnalysisException as exc:
+        raise ClickevalError(f"{path}: cannot be read as {fmt} ({str(exc).splitlines()[0]})") from None
+
+
+def _fail_if_any(offending: DataFrame, name: str, path: str, rule: str, what: str) -> None:
+    first = offending.limit(SHOWN).collect()
+    if first:
+        total = offending.count()
+        shown = "\n".join(f"    {row.asDict()}" for row in first)
+        raise ClickevalError(
+            f"external model '{name}': {path}: {total} row(s) break rule {rule} ({what}); first rows:\n{shown}")
+
+
+def _require_columns(df: DataFrame, columns: tuple[str, ...], name: str, path: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ClickevalError(f"external model '{name}': {path}: missing column(s) {missing}; "
+                             f"the contract needs {list(columns)}, found {df.columns}")
+
+
+def _probability_ok(col: str) -> F.Column:
+    return F.col(col).isNotNull() & ~F.isnan(col) & F.col(col).between(0.0, 1.0)
+
+
+def checked_predictions(raw: DataFrame, positions: DataFrame, splits: tuple[str, ...],
+                        ext: ExternalModelConfig) -> DataFrame:
+    """The external predictions of the evaluated splits in the click_predictions contract.
+
+    `positions`: every position of the dataset's SERPs (dataset, split, serp_id, query_id,
+    doc_id, rank, click). Each (serp_id, rank) of the evaluated `splits` must appear
+    exactly once; a key the log does not have fails; rows for other splits of the log
+    are allowed and not evaluated; the click, when given, must be the log's click.
+    """
+    name, path = ext.name, ext.predictions
+    _require_columns(raw, PREDICTION_COLUMNS, name, path)
+    preds = raw.select(
+        F.col("serp_id").cast("string").alias("serp_id"),
+        F.col("rank").try_cast("int").alias("rank"),
+        F.col("p_click_cond").try_cast("double").alias("p_click_cond"),
+        F.col("p_click").try_cast("double").alias("p_click"),
+        (F.col("click").try_cast("int") if "click" in raw.columns else F.lit(None).cast("int")).alias("ext_click"),
+    )
+    keys = ["serp_id", "rank"]
+    _fail_if_any(preds.groupBy(*keys).count().where("count > 1"), name, path, "duplicate_prediction",
+                 "each (serp_id, rank) of an evaluated SERP must appear exactly once")
+    _fail_if_any(preds.join(positions, on=keys, how="left_anti"), name, path, "unknown_position",
+                 "no evaluated SERP of the log has this (serp_id, rank)")
+    evaluated = positions.where(F.col("split").isin(*splits))
+    _fail_if_any(evaluated.join(preds, on=keys, how="left_anti").select("split", *keys), name, path,
+                 "missing_prediction", "an evaluated (serp_id, rank) has no prediction")
+    _fail_if_any(preds.where(~(_probability_ok("p_click_cond") & _probability_ok("p_click"))), name, path,
+                 "probability_out_of_range", "p_click_cond and p_click must be numbers in [0, 1], not null or NaN")
+    joined = evaluated.join(preds, on=keys, how="inner")
+    _fail_if_any(joined.where(F.col("ext_click").isNotNull() & (F.col("ext_click") != F.col("click")))
+                 .select(*keys, "click", "ext_click"), name, path, "click_differs_from_log",
+                 "the click column, when given, must equal the log's click")
+    return joined.select(F.lit(name).alias("model"), "dataset", "split", "serp_id", "query_id", "doc_id",
+                         "rank", "click", "p_click_cond", "p_click")
+
+
+def checked_scores(raw: DataFrame, needed: DataFrame, ext: ExternalModelConfig) -> DataFrame:
+    """The external relevance scores (model, query_id, doc_id, score), every `needed` pair scored once."""
+    name, path = ext.name, ext.relevance_scores
+    _require_columns(raw, SCORE_COLUMNS, name, path)
+    scores = raw.select(F.col("query_id").cast("string").alias("query_id"),
+                        F.col("doc_id").cast("string").alias("doc_id"),
+                        F.col("score").try_cast("double").alias("score"))
+    keys = ["query_id", "doc_id"]
+    _fail_if_any(scores.groupBy(*keys).count().where("count > 1"), name, path, "duplicate_score",
+                 "each (query_id, doc_id) must have one score")
+    _fail_if_any(scores.where(F.col("score").isNull() | F.isnan("score")), name, path, "score_not_a_number",
+                 "scores must be numbers, not null or NaN")
+    _fail_if_any(needed.select(*keys).distinct().join(scores, on=keys, how="left_anti"), name, path,
+                 "missing_score", "every document of a labelled SERP needs a score")
+    return scores.select(F.lit(name).alias("model"), *keys, "score")
+
+
+SEQUENCE_COLUMNS = ("serp_id", "sample_idx", "click_mode", "list_order", "doc_ids", "clicks")
+
+
+def checked_sequences(raw: DataFrame, serps: DataFrame, name: str, path: str) -> DataFrame:
+    """External click sequences in the synthetic_serps layout (without run_id), checked against the log.
+
+    Each row names a SERP of `serps` (the generation split), a sample index, a click
+    mode and a list order; its doc_ids are a permutation of the SERP's documents
+    (the same list for `original`), its clicks are 0/1 with one per document.
+    """
+    _require_columns(raw, SEQUENCE_COLUMNS, name, path)
+    seqs = raw.select(F.col("serp_id").cast("string"), F.col("sample_idx").try_cast("int").alias("sample_idx"),
+                      F.col("click_mode").cast("string"), F.col("list_order").cast("string"),
+                      F.col("doc_ids").cast("array<string>"), F.col("clicks").cast("array<int>"))
+    keys = ["serp_id", "sample_idx", "click_mode", "list_order"]
+    _fail_if_any(seqs.groupBy(*keys).count().where("count > 1"), name, path, "duplicate_sequence",
+                 "each (serp_id, sample_idx, click_mode, list_order) must appear once")
+    _fail_if_any(seqs.where(~F.col("click_mode").isin(*CLICK_MODES) | ~F.col("list_order").isin(*LIST_ORDERS)
+                            | F.col("sample_idx").isNull() | (F.col("sample_idx") < 0)),
+                 name, path, "bad_variant", f"click_mode in {list(CLICK_MODES)}, list_order in {list(LIST_ORDERS)}, "
+                 "sample_idx >= 0")
+    log = serps.select("serp_id", F.col("doc_ids").alias("log_doc_ids"))
+    joined = seqs.join(log, on="serp_id", how="left")
+    _fail_if_any(joined.where(F.col("log_doc_ids").isNull()).select(*keys), name, path, "unknown_serp",
+                 "serp_id is not a SERP of the generation split")
+    same_docs = F.array_sort("doc_ids") == F.array_sort(F.slice("log_doc_ids", 1, F.size("doc_ids")))
+    original_ok = (F.col("list_order") != "original") | (F.col("doc_ids") == F.slice("log_doc_ids", 1, F.size("doc_ids")))
+    _fail_if_any(joined.where(F.col("log_doc_ids").isNotNull() & ~(same_docs & original_ok)).select(*keys, "doc_ids"),
+                 name, path, "documents_differ", "doc_ids must be the SERP's documents (in logged order for original)")
+    _fail_if_any(seqs.where(F.col("clicks").isNull() | (F.size("clicks") != F.size("doc_ids"))
+                            | F.exists("clicks", lambda c: c.isNull() | ~c.isin(0, 1))).select(*keys, "clicks"),
+                 name, path, "clicks_not_binary", "clicks must be 0/1, one per document")
+    return seqs
