@@ -7,6 +7,7 @@ ConfigError naming the key path and what is allowed, before any Spark work.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import types
 import typing
@@ -18,10 +19,18 @@ import yaml
 
 from clickeval_spark.errors import ConfigError
 
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 SPLITS = ("train", "valid", "test")
 MODEL_NAMES = ("gctr", "rctr", "dctr", "pbm", "cm", "ubm", "dcm", "ccm", "dbn", "sdbn")
 SOURCE_FORMATS = ("synthetic", "tiangong_xml", "per_query_text", "yandex", "parquet", "delta")
+
+
+def resolve_location(location: str) -> str:
+    """A relative folder is relative to the checkout; URIs (s3a://, abfss://, file:/) and absolute paths pass."""
+    if "://" in location or location.startswith("file:") or os.path.isabs(location):
+        return location
+    return str(PROJECT_ROOT / location)
 
 
 def validate_run_id(run_id: str) -> str:
@@ -71,6 +80,10 @@ class SyntheticConfig:
     shuffle_width: float = 6.0
     sessions_mean_serps: int = 3
     seed: int = 7
+    # pooled: every (query, doc) of the pools graded; serp: TianGong-ST-like, the last SERP of a
+    # `label_fraction` of the sessions graded document by document (its human-label-like subset)
+    labels: Literal["pooled", "serp"] = "pooled"
+    label_fraction: float = 0.3
 
     def __post_init__(self) -> None:
         if self.model not in SIMULATABLE_MODELS:
@@ -82,6 +95,8 @@ class SyntheticConfig:
             raise ConfigError("ingest.synthetic.docs_per_query: must be >= list_size")
         if self.zipf_s <= 0:
             raise ConfigError("ingest.synthetic.zipf_s: must be > 0")
+        if not 0 < self.label_fraction <= 1:
+            raise ConfigError("ingest.synthetic.label_fraction: must be in (0, 1]")
 
 
 SIMULATABLE_MODELS = ("pbm", "ubm", "dbn", "sdbn", "dcm", "ccm", "cm")
@@ -247,6 +262,12 @@ class SurrogateConfig:
 
 
 @dataclass(frozen=True)
+class ReportConfig:
+    # folder (relative to the checkout) or URI; the page is <path>/<run_id>.html
+    path: str = "reports"
+
+
+@dataclass(frozen=True)
 class AppConfig:
     env: str = "local"
     run_id: str | None = None
@@ -257,6 +278,7 @@ class AppConfig:
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     surrogate: SurrogateConfig = field(default_factory=SurrogateConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
 
     def __post_init__(self) -> None:
         if self.run_id is not None:

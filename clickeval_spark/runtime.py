@@ -15,18 +15,21 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import yaml
+from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 
-from clickeval_spark.config import AppConfig, load_config, validate_run_id
+from clickeval_spark.config import PROJECT_ROOT, AppConfig, load_config, resolve_location, validate_run_id
 from clickeval_spark.errors import ClickevalError
 from clickeval_spark.session import build_session
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONF = PROJECT_ROOT / "conf" / "local.yaml"
 
 
-def parse_args(job: str, argv: Sequence[str] | None) -> argparse.Namespace:
+def parse_args(job: str, argv: Sequence[str] | None,
+               add_arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=f"clickeval {job}", description=f"clickeval-spark {job} job")
+    if add_arguments:
+        add_arguments(parser)
     parser.add_argument("--conf", default=str(DEFAULT_CONF), help="conf/<env>.yaml (default: conf/local.yaml)")
     parser.add_argument("--run-id", help="run id (default: from config, else '<env>-<UTC timestamp>')")
     parser.add_argument(
@@ -49,18 +52,14 @@ def load(args: argparse.Namespace) -> tuple[AppConfig, str]:
 
 
 def warehouse_root(cfg: AppConfig) -> str:
-    """A relative warehouse is relative to the checkout; URIs (s3a://, abfss://, file:/) pass as they are."""
-    wh = cfg.spark.warehouse
-    if "://" in wh or wh.startswith("file:") or os.path.isabs(wh):
-        return wh
-    return str(PROJECT_ROOT / wh)
+    return resolve_location(cfg.spark.warehouse)
 
 
 def session_for(cfg: AppConfig, job: str) -> SparkSession:
     embedded = cfg.spark.mode == "embedded"
     conf = dict(cfg.spark.conf)
-    if embedded:
-        conf.setdefault("spark.ui.showConsoleProgress", "false")
+    # Spark's progress bar for a person at a terminal; never in CI, tests or scheduler logs
+    conf.setdefault("spark.ui.showConsoleProgress", str(interactive()).lower())
     return build_session(
         f"clickeval-{job}",
         master=cfg.spark.master if embedded else None,
@@ -70,15 +69,25 @@ def session_for(cfg: AppConfig, job: str) -> SparkSession:
     )
 
 
-def run_job(job: str, argv: Sequence[str] | None, body: Callable[[SparkSession, AppConfig, str, str], None]) -> int:
-    """Parse, configure, run `body(spark, cfg, warehouse, run_id)`; known errors become one line and exit 2."""
+def interactive() -> bool:
+    return sys.stderr.isatty() and not os.environ.get("CI") and "PYTEST_CURRENT_TEST" not in os.environ
+
+
+def run_job(job: str, argv: Sequence[str] | None, body: Callable[..., object],
+            add_arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
+    """Parse, configure, run `body(spark, cfg, warehouse, run_id)` (plus the parsed args when the job adds
+    arguments of its own); known errors become one line and exit 2."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        # PySpark logs every analysis error as a JSON record; jobs report errors themselves, in one line
+        PySparkLogger.getLogger(name).disabled = True
     try:
-        args = parse_args(job, argv)
+        args = parse_args(job, argv, add_arguments)
         cfg, run_id = load(args)
         spark = session_for(cfg, job)
-        body(spark, cfg, warehouse_root(cfg), run_id)
+        extra = (args,) if add_arguments else ()
+        body(spark, cfg, warehouse_root(cfg), run_id, *extra)
         return 0
     except ClickevalError as exc:
         print(f"clickeval {job}: error: {exc}", file=sys.stderr)

@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from clickeval_spark import ingest, tables
-from clickeval_spark.config import AppConfig, config_as_dict
+from clickeval_spark.config import AppConfig, config_as_dict, resolve_location
 from clickeval_spark.errors import ClickevalError
 from clickeval_spark.generation import generate
 from clickeval_spark.metrics import external, ndcg
@@ -27,12 +27,15 @@ from clickeval_spark.models import get_model
 from clickeval_spark.models.params_io import from_param_rows, to_param_rows
 from clickeval_spark.models.predict import predict_clicks, relevance_scores
 from clickeval_spark.models.spark_em import fit
+from clickeval_spark.progress import stage
+from clickeval_spark.report import build_report, write_text
 from clickeval_spark.runs import recorded_run
 from clickeval_spark.sources import synthetic
 
 log = logging.getLogger("clickeval")
 
 
+@stage("ingest")
 def ingest_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) -> dict[str, int]:
     icfg = cfg.ingest
     with recorded_run(spark, warehouse, run_id, "ingest", icfg.dataset, config_as_dict(cfg)) as run:
@@ -52,6 +55,7 @@ def _serps(spark: SparkSession, warehouse: str, dataset: str, splits: tuple[str,
     )
 
 
+@stage("fit")
 def fit_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) -> dict[str, list]:
     """Fit every configured model on the train split; write model_params (one slice per model)."""
     train = _serps(spark, warehouse, cfg.ingest.dataset, ("train",))
@@ -78,6 +82,7 @@ def log_likelihood_by_split(predictions: DataFrame, eps: float = 1e-6) -> dict[s
     return {r["split"]: r["ll"] for r in predictions.groupBy("split").agg(F.avg(ll).alias("ll")).collect()}
 
 
+@stage("predict")
 def predict_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) -> dict[str, dict[str, float]]:
     """Predict clicks on the configured splits and score (query, doc) pairs, for every fitted model."""
     splits = tuple(dict.fromkeys(("train", *cfg.predict.splits)))
@@ -159,6 +164,7 @@ def import_external_models(spark: SparkSession, cfg: AppConfig, warehouse: str, 
     return imported
 
 
+@stage("evaluate")
 def evaluate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) -> list[dict]:
     """LL, PPL@t, NDCG@k with bootstrap intervals for every model of the run → metrics (DESIGN §5)."""
     ecfg, dataset = cfg.evaluate, cfg.ingest.dataset
@@ -196,6 +202,7 @@ def evaluate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: 
     return rows
 
 
+@stage("generate")
 def generate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) -> dict[str, int]:
     """K synthetic click sequences per SERP of the generation split, per generator, click mode and list order."""
     gcfg, dataset = cfg.generate, cfg.ingest.dataset
@@ -235,6 +242,7 @@ def _write_sequences(spark: SparkSession, rows: DataFrame, warehouse: str, run_i
             .where((F.col("run_id") == run_id) & (F.col("generator_model") == generator)).count())
 
 
+@stage("surrogate")
 def surrogate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) -> list[dict]:
     """Reverse / Forward PPL of every generator's sequences → distributional_metrics."""
     scfg, dataset, max_rank = cfg.surrogate, cfg.ingest.dataset, cfg.fit.max_rank
@@ -281,3 +289,17 @@ def _coverage_row(run_id, dataset, generator, scfg, order, mode, reverse, forwar
             "reverse_ppl": finite(reverse.total), "forward_ppl": finite(forward.total),
             "reverse_ppl_at": [finite(v) for v in reverse.at_rank], "forward_ppl_at": [finite(v) for v in forward.at_rank],
             "n_synthetic": forward.n_serps, "n_real": n_real, "surrogate_iterations": scfg.iterations}
+
+
+@stage("report")
+def report_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) -> str:
+    """The run's HTML report (tables + plots from metrics and distributional_metrics) → <report.path>/<run_id>.html."""
+    target = f"{resolve_location(cfg.report.path).rstrip('/')}/{run_id}.html"
+    with recorded_run(spark, warehouse, run_id, "report", cfg.ingest.dataset, config_as_dict(cfg)) as run:
+        page = build_report(spark, warehouse, run_id, cfg.ingest.dataset, list(cfg.evaluated_models),
+                            list(cfg.evaluate.ndcg_cutoffs))
+        write_text(spark, target, page)
+        run.details["path"] = target
+        run.counts["bytes"] = len(page.encode("utf-8"))
+    print(f"report: {target}")
+    return target

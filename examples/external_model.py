@@ -4,7 +4,8 @@ relevance_scores contract so `clickeval evaluate` scores it like a built-in mode
 It stands in for a neural model trained elsewhere (NCM, CACM, AICM on a GPU): a
 scikit-learn logistic regression on per-position features — rank, clicks above,
 whether the previous result was clicked, and the (query, doc) click-through rate of
-the train split (Beta(1, 1)-smoothed). p_click_cond uses the click history;
+the train split (Beta(1, 1)-smoothed; leave-one-out on the training rows, so the
+model does not learn to trust a CTR computed from the very click it predicts). p_click_cond uses the click history;
 p_click uses rank and CTR only. The relevance score of a (query, doc) is its
 smoothed train CTR.
 
@@ -34,8 +35,8 @@ def positions(serps: DataFrame) -> DataFrame:
     """Per position: ids, click, rank, clicks above, previous click."""
     rows = serps.select("split", "serp_id", "query_id",
                         F.posexplode(F.arrays_zip("doc_ids", "clicks")).alias("pos", "dc"))
-    above = Window.partitionBy("serp_id").orderBy("pos").rowsBetween(Window.unboundedPreceding, -1)
-    prev = Window.partitionBy("serp_id").orderBy("pos")
+    above = Window.partitionBy("serp_id").orderBy("rank").rowsBetween(Window.unboundedPreceding, -1)
+    prev = Window.partitionBy("serp_id").orderBy("rank")
     return (rows.where(F.col("pos") < MAX_RANK)
             .select("split", "serp_id", "query_id", F.col("dc.doc_ids").alias("doc_id"),
                     (F.col("pos") + 1).cast("int").alias("rank"), F.col("dc.clicks").alias("click"))
@@ -54,10 +55,12 @@ def _features(df: pd.DataFrame, history: bool) -> np.ndarray:
 def fit_and_write(spark: SparkSession, warehouse: str, dataset: str, out: str, split: str = "test") -> None:
     serps = read_table(spark, warehouse, "serps").where(F.col("dataset") == dataset)
     pos = positions(serps)
-    ctr = (pos.where("split = 'train'").groupBy("query_id", "doc_id")
-           .agg(((F.sum("click") + 1) / (F.count("*") + 2)).alias("ctr")))
+    counts = (pos.where("split = 'train'").groupBy("query_id", "doc_id")
+              .agg(F.sum("click").alias("clicks"), F.count("*").alias("shown")))
+    ctr = counts.select("query_id", "doc_id", ((F.col("clicks") + 1) / (F.col("shown") + 2)).alias("ctr"))
     prior = pos.where("split = 'train'").agg(F.avg("click")).first()[0]
-    train = pos.where("split = 'train'").join(ctr, ["query_id", "doc_id"], "left").fillna({"ctr": prior}).toPandas()
+    train = (pos.where("split = 'train'").join(counts, ["query_id", "doc_id"], "inner")
+             .withColumn("ctr", (F.col("clicks") - F.col("click") + 1) / (F.col("shown") - 1 + 2)).toPandas())
     target = pos.where(F.col("split") == split).join(ctr, ["query_id", "doc_id"], "left").fillna({"ctr": prior}).toPandas()
     y = train["click"].to_numpy()
     cond = LogisticRegression(max_iter=1000).fit(_features(train, True), y)
@@ -82,7 +85,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from clickeval_spark.session import build_session
     spark = build_session("external-model", master="local[*]", warehouse=args.warehouse, embedded=True,
-                          conf={"spark.sql.shuffle.partitions": "8", "spark.ui.enabled": "false"})
+                          conf={"spark.sql.shuffle.partitions": "8", "spark.ui.enabled": "false",
+                                "spark.databricks.delta.snapshotPartitions": "2"})
     fit_and_write(spark, args.warehouse, args.dataset, args.out, args.split)
     print(f"wrote {args.out}/predictions and {args.out}/relevance_scores")
     return 0

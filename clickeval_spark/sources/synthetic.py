@@ -135,7 +135,10 @@ def generate(spark: SparkSession, icfg: IngestConfig, warehouse: str, run_id: st
         "log_date",
     )
     score = F.col("alpha") * F.col("sigma") if "sigma" in model.qd_params else F.col("alpha")
-    labels = qd.select(
+    grades = qd.select("query_id", "doc_id", F.least(F.floor(score * 5), F.lit(4)).cast("string").alias("grade"))
+    if cfg.labels == "serp":
+        return serps, _serp_labels(spark, cfg, icfg.dataset, grades)
+    labels = grades.select(
         F.lit(f"synthetic:{cfg.model}:labels").alias("source"),
         F.lit(None).cast("long").alias("line"),
         F.concat_ws("|", "query_id", "doc_id").alias("record"),
@@ -148,6 +151,31 @@ def generate(spark: SparkSession, icfg: IngestConfig, warehouse: str, run_id: st
         F.lit(None).cast("string").alias("serp_id"),
         F.concat_ws("|", "query_id", "doc_id").alias("label_key"),
         F.array("doc_id").alias("doc_ids"),
-        F.array(F.least(F.floor(score * 5), F.lit(4)).cast("string")).alias("relevances"),
+        F.array("grade").alias("relevances"),
     )
     return serps, labels
+
+
+def _serp_labels(spark: SparkSession, cfg: SyntheticConfig, dataset: str, grades: DataFrame) -> DataFrame:
+    """TianGong-ST-like label records: the last SERP of a seeded `label_fraction` of the sessions,
+    one grade per shown document (from the true relevance), tied to that SERP."""
+    last = (serp_skeletons(spark, cfg, dataset)
+            .where((F.col("serp_pos") == cfg.sessions_mean_serps)
+                   & (_uniform(cfg.seed, "label", F.col("session_id")) < cfg.label_fraction)))
+    per_doc = (last.select("session_id", "serp_id", "query_id", F.posexplode("doc_ids").alias("pos", "doc_id"))
+               .join(grades, on=["query_id", "doc_id"], how="left"))
+    lists = per_doc.groupBy("session_id", "serp_id", "query_id").agg(
+        F.sort_array(F.collect_list(F.struct("pos", "doc_id", "grade"))).alias("l"))
+    return lists.select(
+        F.lit(f"synthetic:{cfg.model}:labels").alias("source"),
+        F.lit(None).cast("long").alias("line"),
+        F.col("serp_id").alias("record"),
+        F.col("serp_id").alias("raw"),
+        F.lit(None).cast("string").alias("parse_rule"),
+        F.lit(None).cast("string").alias("parse_reason"),
+        F.lit(dataset).alias("dataset"),
+        "session_id", "query_id", "serp_id",
+        F.col("serp_id").alias("label_key"),
+        F.transform("l", lambda x: x["doc_id"]).alias("doc_ids"),
+        F.transform("l", lambda x: x["grade"]).alias("relevances"),
+    )

@@ -1,0 +1,210 @@
+"""A self-contained HTML report of one run, drawn from the result tables alone.
+
+Reads the run's rows of `metrics` and `distributional_metrics` (a few hundred
+global numbers, never per-SERP data) and writes one HTML page with the metrics
+table and matplotlib figures inlined as PNG data URIs, so the file can be mailed
+or attached to a ticket as it is.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from datetime import datetime, timezone
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on executors, CI or servers
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from delta.tables import DeltaTable  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+
+from clickeval_spark import tables  # noqa: E402
+from clickeval_spark.metrics.summary import HEADLINE  # noqa: E402
+
+ORDER_MARKERS = {"original": "o", "shuffled_all": "s", "shuffled_halves": "^"}
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return f'<img alt="" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+
+
+def _metric(rows: list[dict], model: str, split: str, metric: str, cutoff: int | None) -> dict | None:
+    for r in rows:
+        if (r["model"], r["split"], r["metric"], r["cutoff"], r["reference_model"]) == (model, split, metric, cutoff, None):
+            return r
+    return None
+
+
+def ppl_by_rank_figure(rows: list[dict], models: list[str], split: str) -> str:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, metric, title in ((axes[0], "PPL", "PPL@rank (p_click, unconditional)"),
+                              (axes[1], "PPL_cond", "PPL@rank (p_click_cond, conditional)")):
+        for model in models:
+            points = sorted((r["cutoff"], r["value"], r["ci_low"], r["ci_high"]) for r in rows
+                            if r["model"] == model and r["split"] == split and r["metric"] == metric
+                            and r["cutoff"] is not None and r["reference_model"] is None)
+            if not points:
+                continue
+            t, v, lo, hi = (np.array(x, dtype=float) for x in zip(*points))
+            ax.plot(t, v, marker="o", ms=3, label=model)
+            ax.fill_between(t, lo, hi, alpha=0.12)
+        ax.set_title(title)
+        ax.set_xlabel("rank")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("perplexity (lower is better)")
+    axes[1].legend(fontsize=8, ncol=2)
+    return _png(fig)
+
+
+def ndcg_figure(rows: list[dict], models: list[str], split: str, cutoffs: list[int]) -> str | None:
+    ranked = [m for m in models if _metric(rows, m, split, "NDCG", cutoffs[0])]
+    if not ranked:
+        return None
+    fig, ax = plt.subplots(figsize=(11, 4))
+    width = 0.8 / len(cutoffs)
+    x = np.arange(len(ranked))
+    for i, k in enumerate(cutoffs):
+        cells = [_metric(rows, m, split, "NDCG", k) for m in ranked]
+        v = np.array([c["value"] for c in cells])
+        err = np.array([[c["value"] - c["ci_low"] for c in cells], [c["ci_high"] - c["value"] for c in cells]])
+        ax.bar(x + (i - (len(cutoffs) - 1) / 2) * width, v, width, yerr=err, capsize=2, label=f"NDCG@{k}")
+    ax.set_xticks(x, ranked)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("NDCG (higher is better), 95% interval")
+    ax.legend(fontsize=8, ncol=len(cutoffs))
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def coverage_figure(dist: list[dict]) -> str | None:
+    points = [d for d in dist if d["generator_model"] != "real_log" and d["reverse_ppl"] and d["forward_ppl"]]
+    if not points:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 6))
+    generators = sorted({d["generator_model"] for d in points})
+    colours = {g: plt.cm.tab10(i % 10) for i, g in enumerate(generators)}
+    for d in points:
+        ax.scatter(d["forward_ppl"], d["reverse_ppl"], color=colours[d["generator_model"]],
+                   marker=ORDER_MARKERS.get(d["list_order"], "x"), s=40,
+                   facecolors="none" if d["click_mode"] == "deterministic" else None)
+    for g in generators:
+        ax.scatter([], [], color=colours[g], marker="o", label=g)
+    for order, marker in ORDER_MARKERS.items():
+        ax.scatter([], [], color="grey", marker=marker, label=order)
+    real = [d for d in dist if d["generator_model"] == "real_log"]
+    if real:
+        ax.axhline(real[0]["reverse_ppl"], color="black", lw=0.8, ls="--", label="surrogate on the real log")
+        ax.axvline(real[0]["forward_ppl"], color="black", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("Forward PPL (surrogate fitted on real, scored on synthetic)")
+    ax.set_ylabel("Reverse PPL (surrogate fitted on synthetic, scored on real)")
+    ax.set_title(f"Distributional coverage, surrogate {points[0]['surrogate_model']} (lower-left is better)")
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(alpha=0.3, which="both")
+    return _png(fig)
+
+
+def _cell(r: dict | None) -> str:
+    if r is None or r["value"] is None:
+        return "<td>–</td>"
+    if r["ci_low"] is None:
+        return f"<td>{r['value']:.4f}</td>"
+    return f"<td>{r['value']:.4f}<br><small>[{r['ci_low']:.4f}, {r['ci_high']:.4f}]</small></td>"
+
+
+def metrics_html(rows: list[dict], models: list[str], split: str) -> str:
+    head = "".join(f"<th>{m}{'@' + str(c) if c else ''}</th>" for m, c in HEADLINE)
+    body = "".join(
+        f"<tr><th>{html.escape(m)}</th>{''.join(_cell(_metric(rows, m, split, metric, c)) for metric, c in HEADLINE)}</tr>"
+        for m in models)
+    return f"<table><tr><th>model</th>{head}</tr>{body}</table>"
+
+
+def diffs_html(rows: list[dict], split: str) -> str:
+    diffs = [r for r in rows if r["reference_model"] and r["split"] == split]
+    if not diffs:
+        return ""
+    lines = "".join(
+        f"<tr><td>{html.escape(r['model'])}</td><td>{html.escape(r['metric'])}{'@' + str(r['cutoff']) if r['cutoff'] else ''}</td>"
+        f"<td>{r['value']:+.4f}</td><td>[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]</td>"
+        f"<td>{'yes' if r['ci_low'] > 0 or r['ci_high'] < 0 else 'no'}</td></tr>"
+        for r in sorted(diffs, key=lambda r: (r["metric"], r["cutoff"] or 0, r["model"])) if r["value"] is not None)
+    ref = html.escape(diffs[0]["reference_model"])
+    return (f"<h2>Paired differences against {ref}</h2><p>model minus {ref} on the same SERPs, 95% paired "
+            f"session-bootstrap interval; 'clear' when the interval excludes 0.</p>"
+            f"<table><tr><th>model</th><th>metric</th><th>difference</th><th>95% interval</th><th>clear</th></tr>{lines}</table>")
+
+
+def coverage_html(dist: list[dict]) -> str:
+    lines = "".join(
+        f"<tr><td>{html.escape(d['generator_model'])}</td><td>{d['variant']}</td><td>{_num(d['reverse_ppl'])}</td>"
+        f"<td>{_num(d['forward_ppl'])}</td><td>{d['n_synthetic']}</td><td>{d['n_real']}</td></tr>"
+        for d in sorted(dist, key=lambda d: (d["list_order"], d["click_mode"], d["generator_model"])))
+    return ("<table><tr><th>generator</th><th>list order / click mode</th><th>Reverse PPL</th><th>Forward PPL</th>"
+            f"<th>synthetic SERPs</th><th>real SERPs</th></tr>{lines}</table>")
+
+
+def _num(v: float | None) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"
+
+
+STYLE = """body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:1em 0}
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;font-size:13px}th{background:#f4f4f4}
+small{color:#666}img{max-width:100%}"""
+
+
+def build_report(spark: SparkSession, warehouse: str, run_id: str, dataset: str, models: list[str],
+                 cutoffs: list[int]) -> str:
+    """The HTML page for one run and dataset."""
+    def rows_of(name: str) -> list[dict]:
+        if not DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, name)):
+            return []
+        df = tables.read_table(spark, warehouse, name).where(f"run_id = '{run_id}' AND dataset = '{dataset}'")
+        return [r.asDict() for r in df.collect()]
+
+    rows, dist = rows_of("metrics"), rows_of("distributional_metrics")
+    present = {r["model"] for r in rows}
+    models = [m for m in models if m in present] + sorted(present - set(models))
+    sections = [f"<h1>clickeval-spark report</h1><p>run <b>{html.escape(run_id)}</b>, dataset "
+                f"<b>{html.escape(dataset)}</b>, generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from the "
+                f"<code>metrics</code> and <code>distributional_metrics</code> tables.</p>"]
+    for split in sorted({r["split"] for r in rows}):
+        sections.append(f"<h2>Click prediction and relevance estimation ({html.escape(split)} split)</h2>"
+                        "<p>Value and 95% session-bootstrap interval. LL: mean per-position log-likelihood "
+                        "(higher is better); PPL: mean of PPL@rank (lower is better).</p>")
+        sections.append(metrics_html(rows, models, split))
+        sections.append(ppl_by_rank_figure(rows, models, split))
+        ndcg = ndcg_figure(rows, models, split, cutoffs)
+        if ndcg:
+            sections.append(f"<h3>NDCG@k against the labels ({html.escape(split)})</h3>{ndcg}")
+        sections.append(diffs_html(rows, split))
+    if dist:
+        sections.append("<h2>Distributional coverage (Reverse / Forward PPL)</h2>")
+        figure = coverage_figure(dist)
+        if figure:
+            sections.append(figure)
+        sections.append(coverage_html(dist))
+    if not rows and not dist:
+        sections.append("<p>No metrics for this run yet: run evaluate (and generate, surrogate) first.</p>")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>clickeval {html.escape(run_id)}</title>"
+            f"<style>{STYLE}</style></head><body>{''.join(sections)}</body></html>")
+
+
+def write_text(spark: SparkSession, uri: str, text: str) -> None:
+    """Write a small text file to any Hadoop file system URI (local path, file:, s3a:, abfss:, ...)."""
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    out = fs.create(path, True)
+    try:
+        out.write(bytearray(text.encode("utf-8")))
+    finally:
+        out.close()

@@ -1,0 +1,87 @@
+"""The report page, `clickeval tables` and `clickeval sql` on a warehouse holding literal result rows."""
+
+import base64
+import re
+
+import pytest
+
+from clickeval_spark import tables
+from clickeval_spark.config import AppConfig, FitConfig, IngestConfig, ReportConfig
+from clickeval_spark.stages import report_stage
+from jobs import sql as sql_job
+from jobs import tables as tables_job
+
+RUN = "rep-1"
+
+
+def _metric_rows():
+    rows = []
+    for i, model in enumerate(("rctr", "pbm", "dbn")):
+        rows.append((RUN, model, "d", "test", "LL", None, -0.30 + 0.01 * i, 100, -0.32 + 0.01 * i, -0.28 + 0.01 * i, None))
+        rows.append((RUN, model, "d", "test", "PPL", None, 1.30 - 0.01 * i, 100, 1.28 - 0.01 * i, 1.33 - 0.01 * i, None))
+        for t in range(1, 11):
+            v = 1.6 - 0.05 * t - 0.01 * i
+            rows.append((RUN, model, "d", "test", "PPL", t, v, 100, v - 0.02, v + 0.02, None))
+            rows.append((RUN, model, "d", "test", "PPL_cond", t, v - 0.01, 100, v - 0.03, v + 0.01, None))
+        if model != "rctr":
+            for k in (1, 3, 5, 10):
+                v = 0.5 + 0.02 * k + 0.01 * i
+                rows.append((RUN, model, "d", "test", "NDCG", k, v, 40, v - 0.05, v + 0.05, None))
+            rows.append((RUN, model, "d", "test", "LL_diff", None, 0.01 * i, 100, 0.002, 0.02 * i, "rctr"))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def filled(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    warehouse = str(root / "wh")
+    tables.replace_slice(spark.createDataFrame(_metric_rows(), tables.METRICS), warehouse, "metrics",
+                         {"run_id": RUN}, RUN)
+    dist = [(RUN, "d", g, "dcm", f"{o}/stochastic", o, "stochastic", 1.4 + 0.1 * j, 1.5 + 0.05 * j,
+             [1.4] * 10, [1.5] * 10, 700, 100, 5)
+            for j, g in enumerate(("pbm", "dbn")) for o in ("original", "shuffled_all", "shuffled_halves")]
+    dist.append((RUN, "d", "real_log", "dcm", "original/observed", "original", "observed", 1.38, 1.38,
+                 [1.38] * 10, [1.38] * 10, 100, 100, 5))
+    tables.replace_slice(spark.createDataFrame(dist, tables.DISTRIBUTIONAL_METRICS), warehouse,
+                         "distributional_metrics", {"run_id": RUN}, RUN)
+    conf = root / "c.yaml"
+    conf.write_text(f"spark: {{warehouse: {warehouse}, conf: {{}}}}\n")
+    return root, warehouse, str(conf)
+
+
+def test_report_is_self_contained_with_every_figure(spark, filled):
+    root, warehouse, _ = filled
+    cfg = AppConfig(ingest=IngestConfig(dataset="d"), fit=FitConfig(models=("rctr", "pbm", "dbn")),
+                    report=ReportConfig(path=str(root / "reports")))
+    path = report_stage(spark, cfg, warehouse, RUN)
+    page = open(path, encoding="utf-8").read()
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    assert len(images) == 3  # PPL@rank curves, NDCG@k bars, Reverse-vs-Forward chart
+    assert all(base64.b64decode(img)[:8] == b"\x89PNG\r\n\x1a\n" for img in images)
+    assert "http" not in page.replace("http-equiv", "")  # nothing fetched from elsewhere
+    assert "-0.2800<br><small>[-0.3000, -0.2600]</small>" in page  # dbn's LL with its interval
+    assert "Paired differences against rctr" in page and "Reverse PPL" in page
+
+
+def test_sql_answers_over_the_result_tables(spark, filled, capsys):
+    _, _, conf = filled
+    rc = sql_job.main(["--conf", conf, "SELECT model, value FROM metrics WHERE metric = 'LL' ORDER BY model"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert re.search(r"\|dbn\s*\|-0\.2799", out) and re.search(r"\|rctr\s*\|-0\.3\s", out)
+
+
+def test_sql_error_is_one_line(spark, filled, capsys):
+    _, _, conf = filled
+    rc = sql_job.main(["--conf", conf, "SELECT nope FROM metrics"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("clickeval sql: error: query failed:")
+
+
+def test_tables_lists_counts_and_versions(spark, filled, capsys):
+    _, _, conf = filled
+    assert tables_job.main(["--conf", conf]) == 0
+    out = capsys.readouterr().out
+    metrics_line = next(line for line in out.splitlines() if line.startswith("metrics "))
+    assert metrics_line.split()[1:3] == [str(len(_metric_rows())), "0"]
+    assert re.search(r"^serps\s+-\s+-\s+\(not written yet\)", out, re.M)
