@@ -1,5 +1,6 @@
 # Two commands on a fresh machine with only Python 3.11, Java 17 and make:
-#   make run   - set everything up, run the main job (ingest -> fit -> predict) on the embedded synthetic data
+#   make run   - set everything up, run the main job (ingest -> fit -> predict -> evaluate -> generate ->
+#                surrogate -> report) on the embedded synthetic data; prints the metrics and the report path
 #   make test  - set everything up, run the tests
 # Delta Lake's jars are fetched from Maven Central by Spark's Ivy resolver on the first session
 # (delta-spark's configure_spark_with_delta_pip) and cached in ~/.ivy2.5.2.
@@ -21,10 +22,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: setup
-	$(BIN)/clickeval pipeline --conf $(CONF)
+	$(BIN)/clickeval run --conf $(CONF)
 
 test: setup
 	$(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) warehouse spark-warehouse .pytest_cache
+	rm -rf $(VENV) .venv-airflow warehouse spark-warehouse reports dist .pytest_cache

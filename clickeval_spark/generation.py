@@ -9,6 +9,8 @@ number of partitions; every generator sees the same permuted lists.
 
 from __future__ import annotations
 
+from functools import reduce
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -49,19 +51,22 @@ def reorder(serps: DataFrame, list_order: str, seed: int) -> DataFrame:
 
 
 def generate(serps: DataFrame, fitted: FittedModel, generator: str, *, samples: int, click_mode: str,
-             list_order: str, seed: int) -> DataFrame:
-    """synthetic_serps rows (without run_id) of one generator, click mode and list order.
+             list_orders: tuple[str, ...], seed: int) -> DataFrame:
+    """synthetic_serps rows (without run_id) of one generator and click mode, for every list order.
 
+    The list orders are stacked before sampling, so the model's parameters are attached
+    once. Uniforms are keyed by (seed, serp_id, sample_idx, rank): list orders of a SERP
+    share them (common random numbers), which leaves each variant an exact sample.
     Deterministic mode clicks where P(click | generated clicks above) > 0.5, so its
     K samples would be identical: one sample (sample_idx 0) is written.
     """
     if click_mode not in CLICK_MODES:
         raise ValueError(f"click_mode {click_mode!r}; allowed: {list(CLICK_MODES)}")
     deterministic = click_mode == "deterministic"
-    lists = reorder(serps.select(*SERP_COLUMNS), list_order, seed)
-    # one stream of uniforms per list order; generators share it (common random numbers)
-    sampled = sample_serps(lists, fitted, k=1 if deterministic else samples,
-                           seed=seed + LIST_ORDERS.index(list_order), deterministic=deterministic)
+    base = serps.select(*SERP_COLUMNS)
+    lists = reduce(DataFrame.unionByName,
+                   [reorder(base, order, seed).withColumn("list_order", F.lit(order)) for order in list_orders])
+    sampled = sample_serps(lists, fitted, k=1 if deterministic else samples, seed=seed, deterministic=deterministic)
     return sampled.select(
         F.lit(generator).alias("generator_model"), "sample_idx", F.lit(click_mode).alias("click_mode"),
-        F.lit(list_order).alias("list_order"), *SERP_COLUMNS)
+        "list_order", *SERP_COLUMNS)

@@ -213,9 +213,9 @@ def generate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: 
         t0 = time.perf_counter()
         with recorded_run(spark, warehouse, run_id, f"generate:{name}", dataset, config_as_dict(cfg)) as run:
             fitted = from_param_rows(params, get_model(name), run_id, cfg.fit.max_rank)
-            parts = [generate(serps, fitted, name, samples=gcfg.samples, click_mode=mode, list_order=order,
-                              seed=gcfg.seed)
-                     for mode in gcfg.click_modes for order in gcfg.list_orders]
+            parts = [generate(serps, fitted, name, samples=gcfg.samples, click_mode=mode,
+                              list_orders=gcfg.list_orders, seed=gcfg.seed)
+                     for mode in gcfg.click_modes]
             rows = reduce(DataFrame.unionByName, parts).select(F.lit(run_id).alias("run_id"), "*")
             written[name] = _write_sequences(spark, rows, warehouse, run_id, name)
             run.counts["synthetic_serps"] = written[name]
@@ -237,9 +237,9 @@ def generate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: 
 
 
 def _write_sequences(spark: SparkSession, rows: DataFrame, warehouse: str, run_id: str, generator: str) -> int:
-    tables.replace_slice(rows, warehouse, "synthetic_serps", {"run_id": run_id, "generator_model": generator}, run_id)
-    return (tables.read_table(spark, warehouse, "synthetic_serps")
-            .where((F.col("run_id") == run_id) & (F.col("generator_model") == generator)).count())
+    keys = {"run_id": run_id, "generator_model": generator}
+    tables.replace_slice(rows, warehouse, "synthetic_serps", keys, run_id)
+    return tables.rows_written(spark, warehouse, "synthetic_serps", keys, run_id)
 
 
 @stage("surrogate")

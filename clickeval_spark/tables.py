@@ -192,16 +192,33 @@ def replace_slice(df: DataFrame, warehouse: str, name: str, keys: dict[str, str]
     run that made it, so `DESCRIBE HISTORY` tells which run wrote what. Key values
     go into the predicate, so they must match the safe id pattern.
     """
-    predicate = " AND ".join(f"{col} = '{validate_run_id(value)}'" for col, value in keys.items())
+    predicate = _slice_predicate(keys)
     (
         conform(df, name)
         .write.format("delta")
         .mode("overwrite")
         .option("replaceWhere", predicate)
-        .option("userMetadata", f"clickeval run_id={validate_run_id(run_id)} table={name} slice={predicate}")
+        .option("userMetadata", _user_metadata(name, predicate, run_id))
         .partitionBy(PARTITION_COLUMNS[name])
         .save(table_path(warehouse, name))
     )
+
+
+def _slice_predicate(keys: dict[str, str]) -> str:
+    return " AND ".join(f"{col} = '{validate_run_id(value)}'" for col, value in keys.items())
+
+
+def _user_metadata(name: str, predicate: str, run_id: str) -> str:
+    return f"clickeval run_id={validate_run_id(run_id)} table={name} slice={predicate}"
+
+
+def rows_written(spark: SparkSession, warehouse: str, name: str, keys: dict[str, str], run_id: str) -> int:
+    """Rows of the latest replace_slice(keys) commit, from the Delta log (no scan of the data; other
+    runs' commits in between are skipped by their userMetadata)."""
+    tag = _user_metadata(name, _slice_predicate(keys), run_id)
+    last = (DeltaTable.forPath(spark, table_path(warehouse, name)).history(50)
+            .where(F.col("userMetadata") == tag).select("operationMetrics").first())
+    return int(last["operationMetrics"].get("numOutputRows", 0)) if last else 0
 
 
 def read_table(spark: SparkSession, warehouse: str, name: str) -> DataFrame:

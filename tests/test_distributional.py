@@ -93,7 +93,8 @@ def test_same_seed_same_rows_on_1_and_8_partitions(spark, simulated):
     test = tables.read_table(spark, warehouse, "serps").where("split = 'test'")
 
     def rows(df):
-        out = generate(df, fitted, "ubm", samples=3, click_mode="stochastic", list_order="shuffled_halves", seed=11)
+        out = generate(df, fitted, "ubm", samples=3, click_mode="stochastic",
+                       list_orders=("shuffled_halves",), seed=11)
         return sorted(tuple(r) for r in out.select("serp_id", "sample_idx", "doc_ids", "clicks").collect())
 
     assert rows(test.coalesce(1)) == rows(test.repartition(8))
