@@ -1,0 +1,55 @@
+"""Fixtures for the cluster test: deploy/package.sh's artefacts and a Spark standalone cluster on loopback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.standalone import REPO, StandaloneCluster
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "cluster: starts a Spark standalone cluster on loopback and spark-submits the packaged stages "
+        "(minutes; runs by default, deselect with -m 'not cluster')",
+    )
+
+
+@pytest.fixture(scope="session")
+def artefacts(tmp_path_factory) -> Path:
+    """deploy/package.sh into a fresh folder, once per test session (the packed venv takes a minute)."""
+    dist = tmp_path_factory.mktemp("dist")
+    t0 = time.monotonic()
+    # PYTHON: the interpreter running the tests, whose venv has the dev tools (venv-pack)
+    proc = subprocess.run(["bash", str(REPO / "deploy" / "package.sh"), str(dist)], cwd=REPO,
+                          env={**os.environ, "PYTHON": sys.executable},
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"deploy/package.sh failed:\n{proc.stdout}\n{proc.stderr}"
+    print(f"\n[cluster] deploy/package.sh: {time.monotonic() - t0:.0f}s, "
+          f"venv archive {(dist / 'clickeval_venv.tar.gz').stat().st_size / 2**20:.0f} MiB")
+    yield dist
+    shutil.rmtree(dist / "driver-env", ignore_errors=True)  # the driver's unpacked copy of the venv
+
+
+@pytest.fixture(scope="session")
+def standalone_cluster(tmp_path_factory):
+    """One master and two one-core workers, each with its own work dir; stopped (and checked gone) at the end."""
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers=2)
+    t0 = time.monotonic()
+    try:
+        cluster.start()
+        print(f"\n[cluster] master {cluster.master_url} and {len(cluster.worker_dirs)} workers up "
+              f"in {time.monotonic() - t0:.0f}s")
+        yield cluster
+    finally:
+        try:
+            cluster.stop()
+        finally:
+            cluster.drop_unpacked_archives()

@@ -1,0 +1,173 @@
+"""A Spark standalone cluster on loopback, from pyspark's own launcher: one master, N workers.
+
+Each daemon is a `spark-class` subprocess in its own session, so stopping the cluster
+can signal every process it ever started (worker JVMs start the executor JVMs, and
+those start the Python workers, all in the same session) and then check that none
+is left.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyspark
+
+REPO = Path(__file__).resolve().parents[2]
+SPARK_HOME = Path(pyspark.__file__).resolve().parent
+SUBMIT_SH = REPO / "deploy" / "cluster" / "submit.sh"
+# Every JVM here lives a minute or two on a 2-core machine: C2 compiling the same hot code in each of
+# them costs more CPU than it wins back (C1 only cut ingest + fit from 441 to 260 CPU-seconds here),
+# and one GC thread is enough
+SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def spark_env(**extra: str) -> dict[str, str]:
+    """This process's environment without Python or Spark settings (a test session may have set
+    PYSPARK_PYTHON to its own venv), pinned to pyspark's Spark and to loopback."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYSPARK_", "SPARK_")) and k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1", SPARK_LOCAL_HOSTNAME="127.0.0.1",
+               SPARK_DAEMON_MEMORY="256m", SPARK_DAEMON_JAVA_OPTS=SHORT_LIVED_JVM, **extra)
+    return env
+
+
+def _session_processes(sids: set[int]) -> list[str]:
+    """Live (non-zombie) processes in any of the sessions `sids`, as 'pid cmdline' lines."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # exited while we looked
+            continue
+        fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp session ...
+        if fields[0] != "Z" and int(fields[3]) in sids:
+            found.append(f"{stat.parent.name} {cmdline[:160]}")
+    return found
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:  # the whole group is gone already
+        pass
+
+
+def _wait_for_line(proc: subprocess.Popen, log: Path, pattern: str, timeout: float) -> re.Match:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        match = re.search(pattern, log.read_text(errors="replace"))
+        if match:
+            return match
+        if proc.poll() is not None:
+            raise RuntimeError(f"{log.name}: exited with {proc.returncode} before {pattern!r}:\n{tail(log)}")
+        time.sleep(0.5)
+    raise TimeoutError(f"{log.name}: no {pattern!r} within {timeout:.0f}s:\n{tail(log)}")
+
+
+def tail(path: Path, lines: int = 60) -> str:
+    """The last lines of a Spark log that are not INFO chatter."""
+    text = path.read_text(errors="replace").splitlines() if path.exists() else []
+    return "\n".join([line for line in text if " INFO " not in line][-lines:])
+
+
+@dataclass
+class Submission:
+    stage: str
+    returncode: int
+    seconds: float
+    log: Path
+
+
+class StandaloneCluster:
+    def __init__(self, root: Path, workers: int = 2, worker_memory: str = "1g"):
+        self.root = root
+        self.worker_dirs = [root / f"worker-{i}" for i in range(1, workers + 1)]
+        self.worker_memory = worker_memory
+        self.master_url = ""
+        self._procs: list[tuple[str, subprocess.Popen]] = []
+
+    def _spawn(self, name: str, *args: str) -> tuple[subprocess.Popen, Path]:
+        log = self.root / f"{name}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [str(SPARK_HOME / "bin" / "spark-class"), *args], env=spark_env(), cwd=self.root,
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        self._procs.append((name, proc))
+        return proc, log
+
+    def start(self, timeout: float = 120) -> None:
+        """Master and workers on ports the OS picks (port 0): read back from their logs."""
+        master, log = self._spawn("master", "org.apache.spark.deploy.master.Master",
+                                  "--host", "127.0.0.1", "--port", "0", "--webui-port", "0")
+        self.master_url = _wait_for_line(master, log, r"Starting Spark master at (spark://\S+)", timeout)[1]
+        started = []
+        for i, work_dir in enumerate(self.worker_dirs, 1):
+            work_dir.mkdir(parents=True)
+            started.append(self._spawn(
+                f"worker-{i}", "org.apache.spark.deploy.worker.Worker", self.master_url,
+                "--host", "127.0.0.1", "--port", "0", "--webui-port", "0", "--work-dir", str(work_dir),
+                "--cores", "1", "--memory", self.worker_memory,
+            ))
+        for proc, log in started:
+            _wait_for_line(proc, log, r"Successfully registered with master", timeout)
+
+    def submit(self, dist: Path, stage: str, job_args: list[str], *, cwd: Path, timeout: float = 900) -> Submission:
+        """deploy/cluster/submit.sh for one stage, plus what this cluster's shape needs: the driver on
+        loopback, executors within the workers' memory, no UI ports, and no 3 s wait per task for a
+        "better" executor when every executor is on the same host."""
+        log = self.root / f"submit-{stage}.log"
+        cmd = [
+            "bash", str(SUBMIT_SH), stage, "--master", self.master_url,
+            "--driver-memory", "1g",
+            "--conf", "spark.driver.host=127.0.0.1",
+            "--conf", "spark.driver.bindAddress=127.0.0.1",
+            "--conf", "spark.executor.memory=768m",
+            "--conf", "spark.ui.enabled=false",
+            "--conf", "spark.locality.wait=0s",
+            "--conf", f"spark.driver.extraJavaOptions={SHORT_LIVED_JVM}",
+            "--conf", f"spark.executor.extraJavaOptions={SHORT_LIVED_JVM}",
+            "--", *job_args,
+        ]
+        env = spark_env(DIST=str(dist), SPARK_SUBMIT=str(SPARK_HOME / "bin" / "spark-submit"))
+        t0 = time.monotonic()
+        with log.open("wb") as out:
+            proc = subprocess.run(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out,
+                                  stderr=subprocess.STDOUT, timeout=timeout)
+        return Submission(stage, proc.returncode, time.monotonic() - t0, log)
+
+    def stop(self, grace: float = 30) -> None:
+        """Workers first (each stops its executors), then the master; SIGKILL what is left after
+        `grace` seconds. Raises if any process of the cluster's sessions outlives that."""
+        sids = {proc.pid for _, proc in self._procs}
+        for _, proc in reversed(self._procs):
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        deadline = time.monotonic() + grace
+        while (left := _session_processes(sids)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        for line in left:  # orphans of a killed daemon: never leave a JVM behind
+            try:
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._procs.clear()
+        if left:
+            raise RuntimeError("cluster processes outlived the stop (killed now):\n" + "\n".join(left))
+
+    def drop_unpacked_archives(self) -> None:
+        """The executors' copies of the packed venv (hundreds of MB each); logs stay."""
+        for env_dir in self.root.glob("worker-*/app-*/*/environment"):
+            shutil.rmtree(env_dir, ignore_errors=True)

@@ -1,0 +1,113 @@
+"""The pipeline's stages on a real Spark standalone cluster, from deploy/package.sh's artefacts only.
+
+Every stage in clickeval_spark.cli.PIPELINE_STAGES is its own spark-submit (its own driver and
+application) against a master and two one-core workers on loopback. Code and dependencies come
+from the packed venv (--archives) and the zip (--py-files), Delta's jars from --packages; the
+driver runs in a scratch directory on the archive unpacked for it, not on this checkout or its
+venv; stages hand over only through the Delta tables under a file:// warehouse. The checks read
+those tables with the test session's local Spark, and the workers' work dirs for the executors.
+"""
+
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+from pyspark.sql import functions as F
+
+from clickeval_spark.cli import PIPELINE_STAGES
+from clickeval_spark.config import load_config
+from clickeval_spark.tables import read_table
+from tests.cluster.standalone import REPO, tail
+
+pytestmark = pytest.mark.cluster
+
+RUN_ID = "standalone-1"
+# the Delta table each stage writes its run's rows to (DESIGN.md §2); a stage not named here is
+# checked through its `runs` rows alone
+STAGE_TABLES = {"fit": "model_params", "predict": "click_predictions", "evaluate": "metrics",
+                "generate": "synthetic_serps", "surrogate": "distributional_metrics"}
+
+
+def _python_files(names) -> set[str]:
+    return {n for n in names if n.endswith(".py") and n.startswith(("clickeval_spark/", "jobs/"))}
+
+
+def test_artefacts_hold_the_checkout(artefacts):
+    """The wheel (inside the packed venv too) and the --py-files zip carry every module of the checkout."""
+    checkout = _python_files(str(p.relative_to(REPO)) for d in ("clickeval_spark", "jobs")
+                             for p in (REPO / d).rglob("*.py"))
+    [wheel] = artefacts.glob("clickeval_spark-*.whl")
+    with zipfile.ZipFile(wheel) as whl, zipfile.ZipFile(artefacts / "clickeval_spark.zip") as pyfiles:
+        assert _python_files(whl.namelist()) == checkout
+        assert _python_files(pyfiles.namelist()) == checkout
+    assert {f"{stage}.py" for stage in PIPELINE_STAGES} <= {p.name for p in (artefacts / "jobs").iterdir()}
+
+
+def test_pipeline_stages_on_standalone_cluster(artefacts, standalone_cluster, tmp_path, request):
+    conf = artefacts / "conf" / "standalone-test.yaml"
+    cfg = load_config(conf)
+    warehouse = (tmp_path / "warehouse").as_uri()  # file:///...: the same path for driver and executors
+    reports = tmp_path / "reports"
+    driver_cwd = tmp_path / "driver-cwd"
+    driver_cwd.mkdir()
+    job_args = ["--conf", str(conf), "--run-id", RUN_ID,
+                "--set", f"spark.warehouse={warehouse}", "--set", f"report.path={reports.as_uri()}"]
+
+    for stage in PIPELINE_STAGES:
+        done = standalone_cluster.submit(artefacts, stage, job_args, cwd=driver_cwd)
+        print(f"[cluster] spark-submit {stage}: exit {done.returncode}, {done.seconds:.0f}s")
+        assert done.returncode == 0, f"{stage} failed (log {done.log}):\n{tail(done.log)}"
+
+    # the work was done by executors on both workers: one application per stage, each with its
+    # executor's own copy of the packed venv, and tasks run on every worker
+    apps_by_worker = [{app.name: app for app in sorted(d.glob("app-*"))} for d in standalone_cluster.worker_dirs]
+    assert all(len(apps) == len(PIPELINE_STAGES) for apps in apps_by_worker), apps_by_worker
+    assert len({frozenset(apps) for apps in apps_by_worker}) == 1, "every application had executors on both workers"
+    ran_tasks = {}
+    for w, apps in enumerate(apps_by_worker):
+        for app_id, app in apps.items():
+            executors = [e for e in app.iterdir() if e.is_dir()]  # more than one if an executor was replaced
+            assert executors and all((e / "environment" / "pyvenv.cfg").is_file() for e in executors), app
+            ran_tasks[w, app_id] = any("Running task" in (e / "stderr").read_text(errors="replace")
+                                       for e in executors)
+    assert all(any(ran_tasks[w, a] for a in apps_by_worker[0]) for w in range(len(apps_by_worker))), ran_tasks
+    assert all(any(ran_tasks[w, a] for w in range(len(apps_by_worker))) for a in apps_by_worker[0]), ran_tasks
+
+    spark = request.getfixturevalue("spark")  # local session with Delta, started only now
+
+    runs = read_table(spark, warehouse, "runs").where(F.col("run_id") == RUN_ID)
+    statuses = {r["job"]: r["status"] for r in runs.select("job", "status").collect()}
+    for stage in PIPELINE_STAGES:
+        mine = {job: s for job, s in statuses.items() if job == stage or job.startswith(f"{stage}:")}
+        assert mine and set(mine.values()) == {"succeeded"}, (stage, statuses)
+
+    dataset = cfg.ingest.dataset
+    serps = read_table(spark, warehouse, "serps").where(F.col("dataset") == dataset)
+    assert serps.count() == cfg.ingest.synthetic.n_serps
+    [ingest_counts] = [r["counts"] for r in runs.where(F.col("job") == "ingest").collect()]
+    assert ingest_counts["serps_accepted"] == cfg.ingest.synthetic.n_serps
+    assert ingest_counts["serps_quarantined"] == 0
+
+    params = read_table(spark, warehouse, "model_params").where(F.col("run_id") == RUN_ID)
+    per_model = {r["model"]: r["n"] for r in params.groupBy("model").agg(F.count(F.lit(1)).alias("n")).collect()}
+    assert set(per_model) == set(cfg.fit.models) and min(per_model.values()) > 0, per_model
+
+    serps_per_split = {r["split"]: r["n"] for r in serps.groupBy("split").agg(F.count(F.lit(1)).alias("n")).collect()}
+    preds = read_table(spark, warehouse, "click_predictions").where(F.col("run_id") == RUN_ID)
+    pred_rows = {(r["model"], r["split"]): r["n"]
+                 for r in preds.groupBy("model", "split").agg(F.count(F.lit(1)).alias("n")).collect()}
+    list_size = cfg.ingest.synthetic.list_size
+    for model in cfg.fit.models:
+        splits = {s for m, s in pred_rows if m == model}
+        assert set(cfg.predict.splits) <= splits, (model, splits)
+        assert {s: pred_rows[model, s] for s in splits} == {s: serps_per_split[s] * list_size for s in splits}
+
+    scores = read_table(spark, warehouse, "relevance_scores").where(F.col("run_id") == RUN_ID)
+    assert {r["model"] for r in scores.select("model").distinct().collect()} == set(cfg.fit.models)
+
+    for stage in PIPELINE_STAGES:
+        if stage in STAGE_TABLES:
+            assert read_table(spark, warehouse, STAGE_TABLES[stage]).where(F.col("run_id") == RUN_ID).limit(1).count(), stage
+    if "report" in PIPELINE_STAGES:
+        assert (reports / f"{RUN_ID}.html").stat().st_size > 0
