@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import reduce
 
 from delta.tables import DeltaTable
@@ -264,16 +265,21 @@ def surrogate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id:
                                   baseline.n_serps))
         print(f"surrogate {scfg.model} on the real {cfg.generate.split} SERPs: {baseline.n_serps} SERPs, "
               f"PPL {baseline.total:.4f}, {time.perf_counter() - t0:.1f} s")
-        for generator, order, mode in variants:
+
+        def one(variant: tuple[str, str, str]) -> dict:
+            generator, order, mode = variant
             t0 = time.perf_counter()
             seqs = synthetic.where((F.col("generator_model") == generator) & (F.col("list_order") == order)
                                    & (F.col("click_mode") == mode))
             reverse, forward = coverage(real, seqs, on_real, surrogate, scfg.iterations, max_rank, scfg.eps, log)
-            rows.append(_coverage_row(run_id, dataset, generator, scfg, order, mode, reverse, forward,
-                                      baseline.n_serps))
             print(f"surrogate {generator} {order}/{mode}: {forward.n_serps} synthetic SERPs, "
                   f"reverse PPL {reverse.total:.4f}, forward PPL {forward.total:.4f}, "
-                  f"{time.perf_counter() - t0:.1f} s")
+                  f"{time.perf_counter() - t0:.1f} s", flush=True)
+            return _coverage_row(run_id, dataset, generator, scfg, order, mode, reverse, forward, baseline.n_serps)
+
+        # the fits are independent and small next to Spark's per-job latency: run a few at once
+        with ThreadPoolExecutor(max_workers=scfg.parallelism) as pool:
+            rows += list(pool.map(one, variants))
         frame = spark.createDataFrame(rows, tables.DISTRIBUTIONAL_METRICS)
         tables.replace_slice(frame, warehouse, "distributional_metrics", {"run_id": run_id, "dataset": dataset}, run_id)
         run.counts["variants"] = len(variants)
