@@ -78,7 +78,7 @@ def ndcg_figure(rows: list[dict], models: list[str], split: str, cutoffs: list[i
     ax.set_xticks(x, ranked)
     ax.set_ylim(0, 1)
     ax.set_ylabel("NDCG (higher is better), 95% interval")
-    ax.legend(fontsize=8, ncol=len(cutoffs))
+    ax.legend(fontsize=8, ncol=len(cutoffs), loc="upper center", bbox_to_anchor=(0.5, -0.08))
     ax.grid(axis="y", alpha=0.3)
     return _png(fig)
 
@@ -97,18 +97,16 @@ def coverage_figure(dist: list[dict]) -> str | None:
     for g in generators:
         ax.scatter([], [], color=colours[g], marker="o", label=g)
     for order, marker in ORDER_MARKERS.items():
-        ax.scatter([], [], color="grey", marker=marker, label=order)
+        ax.scatter([], [], facecolors="none", edgecolors="black", marker=marker, label=order)
     real = [d for d in dist if d["generator_model"] == "real_log"]
     if real:
         ax.axhline(real[0]["reverse_ppl"], color="black", lw=0.8, ls="--", label="surrogate on the real log")
         ax.axvline(real[0]["forward_ppl"], color="black", lw=0.8, ls="--")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
     ax.set_xlabel("Forward PPL (surrogate fitted on real, scored on synthetic)")
     ax.set_ylabel("Reverse PPL (surrogate fitted on synthetic, scored on real)")
     ax.set_title(f"Distributional coverage, surrogate {points[0]['surrogate_model']} (lower-left is better)")
-    ax.legend(fontsize=8, ncol=2)
-    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, ncol=2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(alpha=0.3)
     return _png(fig)
 
 
