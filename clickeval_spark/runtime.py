@@ -11,7 +11,6 @@ import logging
 import os
 import sys
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Callable, Sequence
 
 import yaml

@@ -45,7 +45,7 @@ def test_each_violation_names_rule_path_and_rows(spark, positions, rows, rule):
     with pytest.raises(ClickevalError) as err:
         _check(spark, positions, rows)
     message = str(err.value)
-    assert f"external model 'ncm': /data/ncm_preds:" in message and f"rule {rule}" in message
+    assert "external model 'ncm': /data/ncm_preds:" in message and f"rule {rule}" in message
     assert "first rows:\n    {" in message
 
 
