@@ -148,17 +148,21 @@ def import_external_models(spark: SparkSession, cfg: AppConfig, warehouse: str, 
     labels = _labels(spark, warehouse, dataset)
     imported = {}
     for ext in ecfg.external:
-        raw = external.read_external(spark, ext.predictions, ext.format)
-        preds = external.checked_predictions(raw, positions, ecfg.splits, ext)
+        # every check of both files runs before anything of this model is written
+        preds = external.checked_predictions(external.read_external(spark, ext.predictions, ext.format),
+                                             positions, ecfg.splits, ext)
+        scores = None
+        if ext.relevance_scores is not None:
+            evaluated = all_serps.where(F.col("split").isin(*ecfg.splits))
+            needed = (ndcg.graded_docs(evaluated, labels, max_rank, ecfg.ndcg_gain) if labels is not None
+                      else spark.createDataFrame([], "query_id string, doc_id string"))
+            scores = external.checked_scores(external.read_external(spark, ext.relevance_scores, ext.format),
+                                             needed, ext)
         tables.replace_slice(preds.select(F.lit(run_id).alias("run_id"), "*"), warehouse, "click_predictions",
                              {"run_id": run_id, "model": ext.name}, run_id)
-        if ext.relevance_scores is None:
+        if scores is None:
             imported[ext.name] = "predictions only (no relevance_scores: no NDCG)"
             continue
-        evaluated = all_serps.where(F.col("split").isin(*ecfg.splits))
-        needed = (ndcg.graded_docs(evaluated, labels, max_rank, ecfg.ndcg_gain) if labels is not None
-                  else spark.createDataFrame([], "query_id string, doc_id string"))
-        scores = external.checked_scores(external.read_external(spark, ext.relevance_scores, ext.format), needed, ext)
         tables.replace_slice(scores.select(F.lit(run_id).alias("run_id"), "*"), warehouse, "relevance_scores",
                              {"run_id": run_id, "model": ext.name}, run_id)
         imported[ext.name] = "predictions and relevance scores"
