@@ -17,10 +17,10 @@ from pyspark.sql import functions as F
 from clickeval_spark.config import CLICK_MODES, LIST_ORDERS
 from clickeval_spark.models.sampling import sample_serps
 from clickeval_spark.models.spark_em import FittedModel
+from clickeval_spark.tables import GENERATED_SERP_FIELDS
 
 HALF = 5  # shuffled_halves: ranks 1-5 and 6-10 are permuted separately
-SERP_COLUMNS = ("dataset", "split", "session_id", "serp_id", "serp_pos", "query_id", "doc_ids", "vtypes",
-                "clicks", "log_date")
+SERP_COLUMNS = tuple(f.name for f in GENERATED_SERP_FIELDS)
 
 
 def _permutation_key(seed: int, list_order: str, i: Column) -> Column:

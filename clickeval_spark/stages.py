@@ -21,6 +21,7 @@ from clickeval_spark.config import AppConfig, config_as_dict, resolve_location
 from clickeval_spark.errors import ClickevalError
 from clickeval_spark.generation import generate
 from clickeval_spark.metrics import external, ndcg
+from clickeval_spark.metrics.click_prediction import clipped, log_lik
 from clickeval_spark.metrics.distributional import coverage, fit_surrogate, perplexity
 from clickeval_spark.metrics.evaluate import MetricOptions, compute_metrics, metrics_frame
 from clickeval_spark.metrics.summary import metrics_table
@@ -56,6 +57,12 @@ def _serps(spark: SparkSession, warehouse: str, dataset: str, splits: tuple[str,
     )
 
 
+def _labels(spark: SparkSession, warehouse: str, dataset: str) -> DataFrame | None:
+    if not DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, "relevance_labels")):
+        return None
+    return tables.read_table(spark, warehouse, "relevance_labels").where(F.col("dataset") == dataset)
+
+
 @stage("fit")
 def fit_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) -> dict[str, list]:
     """Fit every configured model on the train split; write model_params (one slice per model)."""
@@ -78,8 +85,7 @@ def fit_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) 
 
 def log_likelihood_by_split(predictions: DataFrame, eps: float = 1e-6) -> dict[str, float]:
     """Mean per-position log-likelihood of p_click_cond (DESIGN §5 LL), per split: a small global aggregate."""
-    p = F.least(F.greatest(F.col("p_click_cond"), F.lit(eps)), F.lit(1 - eps))
-    ll = F.when(F.col("click") == 1, F.log(p)).otherwise(F.log(1 - p))
+    ll = log_lik(clipped("p_click_cond", eps))
     return {r["split"]: r["ll"] for r in predictions.groupBy("split").agg(F.avg(ll).alias("ll")).collect()}
 
 
@@ -100,11 +106,10 @@ def predict_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: s
             tables.replace_slice(preds, warehouse, "click_predictions", {"run_id": run_id, "model": name}, run_id)
             if model.qd_params:
                 shown = serps.select("query_id", F.explode("doc_ids").alias("doc_id"))
-                if DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, "relevance_labels")):
+                labels = _labels(spark, warehouse, cfg.ingest.dataset)
+                if labels is not None:
                     # labelled SERPs need a score for every judged doc, seen in training or not
-                    shown = shown.unionByName(tables.read_table(spark, warehouse, "relevance_labels")
-                                              .where(F.col("dataset") == cfg.ingest.dataset)
-                                              .select("query_id", "doc_id"))
+                    shown = shown.unionByName(labels.select("query_id", "doc_id"))
                 scores = relevance_scores(fitted, pairs=shown).select(
                     F.lit(run_id).alias("run_id"), F.lit(name).alias("model"), "*")
                 tables.replace_slice(scores, warehouse, "relevance_scores", {"run_id": run_id, "model": name}, run_id)
@@ -118,12 +123,6 @@ def predict_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: s
         print(f"predict {name}: " + ", ".join(f"LL[{s}]={v:.4f}" for s, v in sorted(lls[name].items())
                                                if not math.isnan(v)))
     return lls
-
-
-def _labels(spark: SparkSession, warehouse: str, dataset: str) -> DataFrame | None:
-    if not DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, "relevance_labels")):
-        return None
-    return tables.read_table(spark, warehouse, "relevance_labels").where(F.col("dataset") == dataset)
 
 
 def _positions(serps: DataFrame, max_rank: int) -> DataFrame:

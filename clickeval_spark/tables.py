@@ -119,13 +119,16 @@ METRICS = T.StructType([
     T.StructField("reference_model", T.StringType(), True),
 ])
 
+# the serps columns a generated SERP carries (everything but the ingest bookkeeping)
+GENERATED_SERP_FIELDS = [f for f in SERPS.fields if f.name != "ingest_run_id"]
+
 SYNTHETIC_SERPS = T.StructType([
     T.StructField("run_id", T.StringType(), False),
     T.StructField("generator_model", T.StringType(), False),
     T.StructField("sample_idx", T.IntegerType(), False),
     T.StructField("click_mode", T.StringType(), False),
     T.StructField("list_order", T.StringType(), False),
-    *[f for f in SERPS.fields if f.name != "ingest_run_id"],
+    *GENERATED_SERP_FIELDS,
 ])
 
 DISTRIBUTIONAL_METRICS = T.StructType([

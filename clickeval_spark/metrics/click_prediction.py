@@ -23,11 +23,12 @@ def stat_columns(max_rank: int) -> list[str]:
     return cols
 
 
-def _clip(p: str, eps: float) -> Column:
+def clipped(p: str, eps: float) -> Column:
+    """Probability column `p` clipped to [eps, 1 - eps] (DESIGN §5)."""
     return F.least(F.greatest(F.col(p), F.lit(eps)), F.lit(1.0 - eps))
 
 
-def _log_lik(p: Column) -> Column:
+def log_lik(p: Column) -> Column:
     """ln P(observed click) under click probability p (natural log)."""
     return F.when(F.col("click") == 1, F.log(p)).otherwise(F.log(1.0 - p))
 
@@ -44,10 +45,10 @@ def session_stats(predictions: DataFrame, sessions: DataFrame, max_rank: int, ep
         .join(sessions, on=["dataset", "serp_id"], how="inner")
         .select(
             *KEYS, "session_id", "serp_id", "rank",
-            to_fixed(_log_lik(_clip("p_click_cond", eps))).alias("ln_cond"),
-            to_fixed(_log_lik(_clip("p_click", eps))).alias("ln_uncond"),
-            (F.col("p_click_cond") != _clip("p_click_cond", eps)).cast("long").alias("clipped_cond"),
-            (F.col("p_click") != _clip("p_click", eps)).cast("long").alias("clipped_uncond"),
+            to_fixed(log_lik(clipped("p_click_cond", eps))).alias("ln_cond"),
+            to_fixed(log_lik(clipped("p_click", eps))).alias("ln_uncond"),
+            (F.col("p_click_cond") != clipped("p_click_cond", eps)).cast("long").alias("clipped_cond"),
+            (F.col("p_click") != clipped("p_click", eps)).cast("long").alias("clipped_uncond"),
         )
     )
     per_rank = []

@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from clickeval_spark.metrics.bootstrap import SCALE, to_fixed
+from clickeval_spark.metrics.click_prediction import clipped, log_lik
 from clickeval_spark.models.base import ClickModel
 from clickeval_spark.models.predict import predict_clicks
 from clickeval_spark.models.spark_em import FittedModel, fit
@@ -33,8 +34,7 @@ def perplexity(serps: DataFrame, fitted: FittedModel, eps: float = 1e-6) -> Perp
 
     Sums are fixed-point (exact, order-free); only M per-rank rows reach the driver.
     """
-    p = F.least(F.greatest(F.col("p_click"), F.lit(eps)), F.lit(1.0 - eps))
-    ln = F.when(F.col("click") == 1, F.log(p)).otherwise(F.log(1.0 - p))
+    ln = log_lik(clipped("p_click", eps))
     per_rank = {r["rank"]: r for r in (
         predict_clicks(serps, fitted).groupBy("rank")
         .agg(F.count("*").alias("n"), F.sum(to_fixed(ln)).alias("ln")).collect())}

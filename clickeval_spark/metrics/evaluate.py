@@ -21,6 +21,10 @@ from clickeval_spark.tables import METRICS
 KEYS = ("model", "dataset", "split")
 # the headline metrics that also get paired differences against a reference model
 PAIRED = ("LL", "PPL", "PPL_cond", "NDCG")
+# bookkeeping metric -> the statistic it reports (a count, no interval)
+BOOKKEEPING = {"clipped_p_click_cond": "clipped_cond", "clipped_p_click": "clipped_uncond",
+               "ndcg_excluded_idcg0": "excluded_idcg0", "ndcg_negative_grades": "negative_grades",
+               "ndcg_unjudged_docs": "unjudged_docs", "ndcg_unscored_docs": "unscored_docs"}
 
 
 @dataclass(frozen=True)
@@ -98,10 +102,7 @@ def metric_rows(replicate_sums: DataFrame, stat_cols: Sequence[str], opts: Metri
         for (metric, cutoff), reps in metrics.items():
             n = n_lab if metric == "NDCG" else (int(sums[f"n_{cutoff}"][0]) if cutoff else n_serps)
             rows.append(_metric_row(key, metric, cutoff, reps, n, opts.confidence))
-        bookkeeping = {"clipped_p_click_cond": "clipped_cond", "clipped_p_click": "clipped_uncond",
-                       "ndcg_excluded_idcg0": "excluded_idcg0", "ndcg_negative_grades": "negative_grades",
-                       "ndcg_unjudged_docs": "unjudged_docs", "ndcg_unscored_docs": "unscored_docs"}
-        for metric, col in bookkeeping.items():
+        for metric, col in BOOKKEEPING.items():
             if col in sums and (metric.startswith("clipped") or n_lab or int(sums[col][0])):
                 rows.append({"model": key[0], "dataset": key[1], "split": key[2], "metric": metric,
                              "cutoff": None, "value": float(sums[col][0]), "n": None, "ci_low": None,
