@@ -28,7 +28,7 @@ from clickeval_spark.metrics.summary import metrics_table
 from clickeval_spark.models import get_model
 from clickeval_spark.models.params_io import from_param_rows, to_param_rows
 from clickeval_spark.models.predict import predict_clicks, relevance_scores
-from clickeval_spark.models.spark_em import fit
+from clickeval_spark.models.spark_em import fit, pack_serps
 from clickeval_spark.progress import stage
 from clickeval_spark.report import build_report, write_text
 from clickeval_spark.runs import recorded_run
@@ -68,18 +68,24 @@ def fit_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) 
     """Fit every configured model on the train split; write model_params (one slice per model)."""
     train = _serps(spark, warehouse, cfg.ingest.dataset, ("train",))
     histories = {}
-    for name in cfg.fit.models:
-        with recorded_run(spark, warehouse, run_id, f"fit:{name}", cfg.ingest.dataset, config_as_dict(cfg)) as run:
-            fitted = fit(train, get_model(name), iterations=cfg.fit.iterations, tol=cfg.fit.tol,
-                         max_rank=cfg.fit.max_rank, logger=log)
-            tables.replace_slice(to_param_rows(fitted, run_id), warehouse, "model_params",
-                                 {"run_id": run_id, "model": name}, run_id)
-            run.counts["iterations"] = max(0, len(fitted.history) - 1)
-            run.details["history"] = [{"iteration": i, "train_ll": ll, "seconds": s} for i, ll, s in fitted.history]
-            run.details["prior"] = fitted.prior
-            histories[name] = fitted.history
-        last = fitted.history[-1]
-        print(f"fit {name}: {run.counts['iterations']} iteration(s), train LL per SERP {last[1]:.4f}")
+    # packed once: every model's EM runs on the same query blocks
+    packed = pack_serps(train, max_rank=cfg.fit.max_rank)
+    try:
+        for name in cfg.fit.models:
+            with recorded_run(spark, warehouse, run_id, f"fit:{name}", cfg.ingest.dataset,
+                              config_as_dict(cfg)) as run:
+                fitted = fit(packed, get_model(name), iterations=cfg.fit.iterations, tol=cfg.fit.tol, logger=log)
+                tables.replace_slice(to_param_rows(fitted, run_id), warehouse, "model_params",
+                                     {"run_id": run_id, "model": name}, run_id)
+                run.counts["iterations"] = max(0, len(fitted.history) - 1)
+                run.details["history"] = [{"iteration": i, "train_ll": ll, "seconds": s}
+                                          for i, ll, s in fitted.history]
+                run.details["prior"] = fitted.prior
+                histories[name] = fitted.history
+            print(f"fit {name}: {run.counts['iterations']} iteration(s), "
+                  f"train LL per SERP {fitted.history[-1][1]:.4f}")
+    finally:
+        packed.unpersist()
     return histories
 
 

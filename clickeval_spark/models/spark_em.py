@@ -1,29 +1,24 @@
 """Distributed EM (and one-pass counting MLE) for click models on Spark.
 
 The equations live in the numpy kernels (`clickeval_spark.models.base.ClickModel`);
-this module only moves arrays in and statistics out:
+this module and `clickeval_spark.models.blocks` only move arrays in and sums out:
 
-1. The training SERPs are truncated to ``max_rank`` ranks, repartitioned by
-   ``query_id`` once and cached.
-2. Every pass attaches the current per-(query, doc) parameters to the SERP
-   arrays (`attach_qd`). Queries with at most `MAP_MAX_DOCS` pairs in the qd
-   table: their pairs are grouped into one ``map<doc_id, struct<params>>`` per
-   query, joined to the SERPs on ``query_id`` (both sides are partitioned by
-   query, so the cached log is not reshuffled), and looked up with
-   ``transform(doc_ids, d -> m[d])``. Larger (head) queries, where a linear map
-   lookup per rank would be quadratic: their SERPs are exploded to impressions,
-   joined with the qd rows on (query_id, doc_id) and regrouped per SERP.
-3. ``mapInPandas`` pads each Arrow batch to (B, M) numpy arrays and calls the
-   kernel's ``expected_stats`` (and ``cond_probs`` for the log-likelihood). It
-   emits one row per impression with the qd numerators / denominators, and per
-   batch a handful of rows holding the global statistics already summed over
-   the batch (``kind`` = 'qd' / 'g' in one union schema).
-4. One ``groupBy`` sums both kinds (map-side partial aggregation keeps the
-   shuffle at about one row per (query, doc) pair per partition); the result is
-   local-checkpointed, which truncates the lineage. New qd parameters are
-   num / den per pair and stay in that DataFrame; only the global rows (a few
-   hundred numbers at most: per-rank / global parameters, the LL sum, the SERP
-   count and the pooled qd sums) are collected to the driver.
+1. `pack_serps`: the training SERPs are cut to ``max_rank`` ranks and packed once
+   into query blocks (`blocks.pack_log`): every SERP of a query in the same block,
+   clicks and block-local (query, doc) indices as numpy arrays in one binary row
+   per block. The fit stage packs once and fits every model on the same blocks.
+2. Every EM pass is one narrow Spark stage over the blocks (`blocks.run_iteration`):
+   each task runs the kernel's ``expected_stats`` over its block, re-estimates
+   the block's own qd parameters (num / den per pair: all impressions of a pair
+   are in its block, so this needs no shuffle) and returns the block's global
+   sums. The driver adds those up in block order (a few hundred numbers: per-rank
+   / global sums, the LL sum, the SERP count, the pooled qd sums) and passes the
+   new global parameters to the next pass.
+3. At the end the qd parameters are unpacked into a DataFrame (`blocks.qd_table`,
+   local-checkpointed): per-query state never goes through the driver.
+
+The per-(query, doc) join machinery below (`attach_qd`) is what predict and the
+sampler use to bring fitted parameters to SERPs they score.
 
 Prior for unseen pairs: for every qd parameter, ``prior[p]`` is the pooled ratio
 sum(num_p) / sum(den_p) over all impressions of all training pairs in the final
@@ -43,8 +38,8 @@ SERP's ranks of log P(C_r = c_r | clicks above), probabilities clipped to
 [1e-6, 1 - 1e-6]) of the training log under the parameters that iteration
 produced, and ``seconds`` the wall time of that iteration's pass. Iteration 0 is
 the starting point (every parameter 0.5, 0 seconds). The LL of iteration i's
-parameters is computed by the next pass's E-step for free; one extra LL-only
-pass after the loop evaluates the final parameters. With ``tol`` the loop stops
+parameters is computed by the next pass's E-step; one extra LL-only pass after
+the loop evaluates the final parameters. With ``tol`` the loop stops
 after the pass whose input LL differs from the previous one by less than
 ``tol`` (per SERP); the parameters that pass produced are kept.
 """
@@ -54,22 +49,19 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from clickeval_spark.models.base import INIT_VALUE, ClickModel, log_likelihood
+from clickeval_spark.models.base import INIT_VALUE, ClickModel
+from clickeval_spark.models.blocks import (PackedLog, global_params, pack_log, pooled_prior,
+                                           qd_table, run_iteration)
 
 _log = logging.getLogger(__name__)
-
-#: `name` values of the special global rows
-_LL_ROW = "__ll__"
-_POOL_ROW = "__pool__"
 
 
 @dataclass
@@ -285,250 +277,75 @@ def batch_arrays(pdf: pd.DataFrame, M: int, params: Sequence[str]):
     return clicks, mask, lens, qd
 
 
-def _global_layout(model: ClickModel, M: int) -> list[tuple[str, tuple[int, ...]]]:
-    return sorted(model.global_shapes(M).items())
-
-
-# ---------------------------------------------------------------------------
-# one EM pass
-# ---------------------------------------------------------------------------
-
-def _stats_schema(params: Sequence[str]) -> T.StructType:
-    fields = [
-        T.StructField("kind", T.StringType()),
-        T.StructField("query_id", T.StringType()),
-        T.StructField("doc_id", T.StringType()),
-        T.StructField("name", T.StringType()),
-        T.StructField("idx", T.IntegerType()),
-        T.StructField("gnum", T.DoubleType()),
-        T.StructField("gden", T.DoubleType()),
-    ]
-    for p in params:
-        fields += [T.StructField(f"num_{p}", T.DoubleType()), T.StructField(f"den_{p}", T.DoubleType()),
-                   T.StructField(f"prev_{p}", T.DoubleType())]
-    return T.StructType(fields)
-
-
-def _estep_fn(model: ClickModel, g: dict[str, np.ndarray], M: int, params: Sequence[str]):
-    layout = _global_layout(model, M)
-    value_cols = [f"{k}_{p}" for p in params for k in ("num", "den", "prev")]
-
-    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        for pdf in batches:
-            B = len(pdf)
-            if B == 0:
-                continue
-            clicks, mask, lens, qd = batch_arrays(pdf, M, params)
-            stats = model.expected_stats(qd, g, clicks, mask)
-            ll = float(log_likelihood(model.cond_probs(qd, g, clicks, mask), clicks, mask).sum())
-
-            n = int(mask.sum())
-            if params:
-                rows = {
-                    "kind": np.full(n, "qd", dtype=object),
-                    "query_id": np.repeat(pdf["query_id"].to_numpy(), lens),
-                    "doc_id": np.concatenate(pdf["doc_ids"].to_numpy()),
-                    "name": np.full(n, None, dtype=object),
-                    "idx": np.zeros(n, dtype=np.int32),
-                    "gnum": np.zeros(n),
-                    "gden": np.zeros(n),
-                }
-                for p in params:
-                    num, den = stats.qd[p]
-                    rows[f"num_{p}"] = np.asarray(num, dtype=np.float64)[mask]
-                    rows[f"den_{p}"] = np.asarray(den, dtype=np.float64)[mask]
-                    rows[f"prev_{p}"] = qd[p][mask]
-                yield pd.DataFrame(rows)
-
-            names, idxs, nums, dens = [_LL_ROW], [0], [ll], [float(B)]
-            for p in params:
-                num, den = stats.qd[p]
-                names.append(_POOL_ROW + p)
-                idxs.append(0)
-                nums.append(float(np.asarray(num, dtype=np.float64)[mask].sum()))
-                dens.append(float(np.asarray(den, dtype=np.float64)[mask].sum()))
-            for name, shape in layout:
-                num, den = stats.glob[name]
-                num = np.broadcast_to(np.asarray(num, dtype=np.float64), shape).ravel()
-                den = np.broadcast_to(np.asarray(den, dtype=np.float64), shape).ravel()
-                names += [name] * num.size
-                idxs += list(range(num.size))
-                nums += num.tolist()
-                dens += den.tolist()
-            k = len(names)
-            grows = {
-                "kind": np.full(k, "g", dtype=object),
-                "query_id": np.full(k, None, dtype=object),
-                "doc_id": np.full(k, None, dtype=object),
-                "name": np.array(names, dtype=object),
-                "idx": np.array(idxs, dtype=np.int32),
-                "gnum": np.array(nums, dtype=np.float64),
-                "gden": np.array(dens, dtype=np.float64),
-            }
-            for c in value_cols:
-                grows[c] = np.zeros(k)
-            yield pd.DataFrame(grows)
-
-    return run
-
-
-@dataclass
-class _PassResult:
-    agg: DataFrame            # local-checkpointed sums (kept alive while qd is used)
-    qd: DataFrame | None      # new qd table
-    glob: dict[str, np.ndarray]
-    pooled: dict[str, tuple[float, float]]
-    ll_sum: float
-    n_serps: int
-
-
-def _ratio(num: Column, den: Column, previous: Column) -> Column:
-    return F.when(den > 0, num / den).otherwise(previous)
-
-
-def _em_pass(prep: DataFrame, model: ClickModel, qd: DataFrame | None, g: dict[str, np.ndarray],
-             prior: dict[str, float], M: int) -> _PassResult:
-    params = list(model.qd_params)
-    joined = attach_qd(prep, qd, params, prior)
-    stats = joined.select("query_id", "doc_ids", "clicks", *[qd_array_col(p) for p in params]) \
-        .mapInPandas(_estep_fn(model, g, M, params), _stats_schema(params))
-    sum_cols = ["gnum", "gden"] + [f"{k}_{p}" for p in params for k in ("num", "den")]
-    # every impression of a pair carries the same previous estimate: max() just picks it
-    prev_cols = [f"prev_{p}" for p in params]
-    agg = (
-        stats.groupBy("kind", "query_id", "doc_id", "name", "idx")
-        .agg(*[F.sum(c).alias(c) for c in sum_cols], *[F.max(c).alias(c) for c in prev_cols],
-             F.count(F.lit(1)).cast("double").alias("n_obs"))
-        .select("kind", "query_id", "doc_id", "name", "idx", *sum_cols, *prev_cols, "n_obs")
-        .localCheckpoint(eager=True)
-    )
-    grows = agg.filter(F.col("kind") == "g").select("name", "idx", "gnum", "gden").collect()
-
-    ll_sum, n_serps = 0.0, 0
-    pooled: dict[str, tuple[float, float]] = {}
-    sums: dict[str, tuple[np.ndarray, np.ndarray]] = {
-        name: (np.zeros(int(np.prod(shape))), np.zeros(int(np.prod(shape))))
-        for name, shape in _global_layout(model, M)
-    }
-    for r in grows:
-        if r["name"] == _LL_ROW:
-            ll_sum, n_serps = float(r["gnum"]), int(round(r["gden"]))
-        elif r["name"].startswith(_POOL_ROW):
-            pooled[r["name"][len(_POOL_ROW):]] = (float(r["gnum"]), float(r["gden"]))
-        else:
-            sums[r["name"]][0][r["idx"]] = r["gnum"]
-            sums[r["name"]][1][r["idx"]] = r["gden"]
-    new_g = {}
-    for name, shape in _global_layout(model, M):
-        num, den = sums[name]
-        old = np.broadcast_to(np.asarray(g[name], dtype=np.float64), shape).ravel()
-        safe = np.where(den > 0, den, 1.0)
-        new_g[name] = np.where(den > 0, num / safe, old).reshape(shape)
-
-    new_qd = None
-    if params:
-        new_qd = agg.filter(F.col("kind") == "qd").select(
-            "query_id", "doc_id",
-            *[_ratio(F.col(f"num_{p}"), F.col(f"den_{p}"), F.col(f"prev_{p}")).alias(p) for p in params],
-            "n_obs",
-        )
-    return _PassResult(agg, new_qd, new_g, pooled, ll_sum, n_serps)
-
-
-# ---------------------------------------------------------------------------
-# LL-only pass
-# ---------------------------------------------------------------------------
-
-def _ll_fn(model: ClickModel, g: dict[str, np.ndarray], M: int, params: Sequence[str]):
-    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        for pdf in batches:
-            if len(pdf) == 0:
-                continue
-            clicks, mask, _, qd = batch_arrays(pdf, M, params)
-            ll = log_likelihood(model.cond_probs(qd, g, clicks, mask), clicks, mask).sum()
-            yield pd.DataFrame({"ll": [float(ll)], "n": [len(pdf)]})
-
-    return run
-
-
-def mean_log_likelihood(prep: DataFrame, model: ClickModel, qd: DataFrame | None,
-                        g: dict[str, np.ndarray], prior: dict[str, float], M: int) -> float:
-    """Mean per-SERP LL of truncated SERPs (`truncate_serps` output) under the given parameters."""
-    params = list(model.qd_params)
-    joined = attach_qd(prep, qd, params, prior)
-    cols = ["query_id", "doc_ids", "clicks", *[qd_array_col(p) for p in params]]
-    row = (
-        joined.select(*cols)
-        .mapInPandas(_ll_fn(model, g, M, params), "ll double, n long")
-        .agg(F.sum("ll").alias("ll"), F.sum("n").alias("n"))
-        .select("ll", "n")
-        .first()
-    )
-    n = row["n"] or 0
-    return float(row["ll"]) / n if n else float("nan")
-
-
 # ---------------------------------------------------------------------------
 # the driver
 # ---------------------------------------------------------------------------
 
-def fit(serps: DataFrame, model: ClickModel, *, iterations: int = 20, tol: float | None = None,
-        max_rank: int = 10, logger: logging.Logger | None = None) -> FittedModel:
-    """Fit ``model`` on the canonical ``serps`` rows (every row is training data).
+def pack_serps(serps: DataFrame, max_rank: int = 10, block_serps: int | None = None) -> PackedLog:
+    """The training SERPs (`truncate_serps`'s rule) packed into query blocks, once for any number of fits."""
+    return pack_log(truncate_serps(serps, max_rank, keep=("serp_id",)), max_rank, block_serps)
 
-    Ranks beyond ``max_rank`` are ignored; shorter lists are masked. All
-    parameters start at ``INIT_VALUE``; ``model.iterative`` False means one
-    counting pass. See the module docstring for the LL reported in ``history``,
-    the stopping rule and the prior of unseen pairs.
+
+def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20, tol: float | None = None,
+        max_rank: int = 10, logger: logging.Logger | None = None) -> FittedModel:
+    """Fit ``model`` on canonical ``serps`` rows (every row is training data) or an already packed log.
+
+    Ranks beyond ``max_rank`` are ignored (a packed log keeps its own);
+    shorter lists are masked. All parameters start at ``INIT_VALUE``;
+    ``model.iterative`` False means one counting pass. See the module docstring
+    for the LL reported in ``history``, the stopping rule and the prior of
+    unseen pairs.
     """
     if iterations < 1:
         raise ValueError("iterations must be >= 1")
     log = logger or _log
-    M = int(max_rank)
-    params = list(model.qd_params)
-    prep = truncate_serps(serps, M).repartition("query_id").cache()
+    packed = serps if isinstance(serps, PackedLog) else pack_serps(serps, max_rank)
+    M = packed.max_rank
+    if packed.n_serps == 0:
+        raise ValueError("fit: no SERP with a query_id and a non-empty doc list")
     passes = iterations if model.iterative else 1
 
-    qd: DataFrame | None = None
-    agg: DataFrame | None = None
+    blocks = packed.blocks
     g = {k: np.asarray(v, dtype=np.float64) for k, v in model.init_global(M).items()}
-    prior = {p: INIT_VALUE for p in params}
+    prior = {p: INIT_VALUE for p in model.qd_params}
     history: list[tuple[int, float, float]] = []
 
     def record(it: int, ll: float, secs: float) -> None:
         history.append((it, ll, secs))
         log.info("%s iteration %d: train LL %.6f per SERP, %.2f s", model.name, it, ll, secs)
 
+    def release(old: DataFrame) -> None:
+        if old is not packed.blocks:
+            old.unpersist()
+
     try:
-        done = 0
-        pending_secs = 0.0
+        done, pending_secs = 0, 0.0
         for it in range(1, passes + 1):
             t0 = time.perf_counter()
-            res = _em_pass(prep, model, qd, g, prior, M)
+            new_blocks, sums = run_iteration(blocks, model, g, M)
             secs = time.perf_counter() - t0
-            if res.n_serps == 0:
-                raise ValueError("fit: no SERP with a query_id and a non-empty doc list")
-            record(it - 1, res.ll_sum / res.n_serps, pending_secs)
+            record(it - 1, float(sums["ll"][0]) / packed.n_serps, pending_secs)
             converged = (tol is not None and len(history) >= 2
                          and abs(history[-1][1] - history[-2][1]) < tol)
-            if agg is not None:
-                agg.unpersist()
-            agg, qd, g = res.agg, res.qd, res.glob
-            prior = {p: (num / den if den > 0 else INIT_VALUE)
-                     for p, (num, den) in ((p, res.pooled[p]) for p in params)}
-            pending_secs = secs
-            done = it
+            release(blocks)
+            blocks = new_blocks
+            g = global_params(model, M, sums, g)
+            prior = pooled_prior(model, sums)
+            pending_secs, done = secs, it
             if converged:
                 log.info("%s converged: |dLL| < %g per SERP", model.name, tol)
                 break
         t0 = time.perf_counter()
-        final_ll = mean_log_likelihood(prep, model, qd, g, prior, M)
+        scored, sums = run_iteration(blocks, model, g, M, estep=False)
+        scored.unpersist()
         log.info("%s final LL pass: %.2f s", model.name, time.perf_counter() - t0)
-        record(done, final_ll, pending_secs)
+        record(done, float(sums["ll"][0]) / packed.n_serps, pending_secs)
+        if model.qd_params:
+            qd = qd_table(blocks, model).localCheckpoint(eager=True)
+        else:
+            qd = packed.blocks.sparkSession.createDataFrame([], "query_id string, doc_id string, n_obs double")
     finally:
-        prep.unpersist()
-
-    if qd is None:
-        spark = serps.sparkSession
-        qd = spark.createDataFrame([], "query_id string, doc_id string, n_obs double")
+        release(blocks)
+        if packed is not serps:
+            packed.unpersist()
     return FittedModel(model=model, max_rank=M, qd=qd, glob=g, prior=prior, history=history)

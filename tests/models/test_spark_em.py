@@ -23,7 +23,7 @@ from clickeval_spark.models.base import INIT_VALUE, sample_clicks
 from clickeval_spark.models.params_io import MODEL_PARAMS_SCHEMA, from_param_rows, to_param_rows
 from clickeval_spark.models.predict import PREDICTION_SCHEMA, predict_clicks, relevance_scores
 from clickeval_spark.models.sampling import sample_serps, uniform
-from clickeval_spark.models import spark_em
+from clickeval_spark.models import blocks, spark_em
 from clickeval_spark.models.spark_em import FittedModel, attach_qd, fit
 from tests.models.numpy_em import fit_numpy, gather, simulate, total_log_likelihood
 
@@ -185,10 +185,42 @@ def test_attach_qd_routes_agree(spark):
             for r in attach_qd(df, qd, ["alpha", "sigma"], prior).collect()} == expected
 
 
-@pytest.mark.parametrize("name", ["dbn", "ubm"])
-def test_fit_join_route_matches_numpy_oracle(spark, monkeypatch, name):
-    monkeypatch.setattr(spark_em, "MAP_MAX_DOCS", 0)       # every query takes the join route
-    check_fit_matches_numpy_oracle(spark, name)
+def test_fit_on_many_small_blocks_matches_numpy_oracle(spark, monkeypatch):
+    # 2000 SERPs in blocks of ~100: queries spread over 20 blocks, global sums added across them
+    monkeypatch.setattr(blocks, "BLOCK_SERPS", 100)
+    check_fit_matches_numpy_oracle(spark, "dbn")
+
+
+def test_fit_bit_identical_on_any_partitioning(spark):
+    """Same SERPs, 1 vs 7 input partitions and 2 vs 8 shuffle partitions: equal to the last bit."""
+    model = get_model("ubm")
+    log = Log(model, n_serps=600, M=6, seed=5)
+    results = []
+    for parts, shuffle in ((1, "2"), (7, "8")):
+        spark.conf.set("spark.sql.shuffle.partitions", shuffle)
+        try:
+            df = log.df(spark).repartition(parts)
+            fitted = fit(df, model, iterations=3, max_rank=6)
+            qd = sorted(tuple(r) for r in fitted.qd.collect())
+            results.append((qd, {k: v.tobytes() for k, v in fitted.glob.items()}, fitted.prior,
+                            [h[1] for h in fitted.history]))
+        finally:
+            spark.conf.set("spark.sql.shuffle.partitions", "4")
+    assert results[0] == results[1]
+
+
+def test_one_packed_log_serves_several_models(spark):
+    log = Log(get_model("pbm"), n_serps=300, M=5, seed=8)
+    packed = spark_em.pack_serps(log.df(spark), max_rank=5)
+    try:
+        for name in ("pbm", "dbn"):
+            once = fit(log.df(spark), get_model(name), iterations=2, max_rank=5)
+            shared = fit(packed, get_model(name), iterations=2, max_rank=5)
+            assert sorted(tuple(r) for r in shared.qd.collect()) == sorted(tuple(r) for r in once.qd.collect())
+            assert {k: v.tolist() for k, v in shared.glob.items()} == {k: v.tolist() for k, v in once.glob.items()}
+        assert packed.blocks.count() == packed.n_blocks == blocks.MIN_BLOCKS
+    finally:
+        packed.unpersist()
 
 
 def test_predict_and_sampling_same_on_both_routes(spark, monkeypatch):
