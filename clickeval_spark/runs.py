@@ -12,6 +12,7 @@ from typing import Iterator
 from pyspark.sql import SparkSession
 
 from clickeval_spark import tables
+from clickeval_spark.config import validate_run_id
 
 
 @dataclass
@@ -55,18 +56,33 @@ def recorded_run(spark: SparkSession, warehouse: str, run_id: str, job: str,
 
 
 def _write_run_row(spark: SparkSession, warehouse: str, row: dict) -> None:
-    """A run's row is keyed by (run_id, job): a retry replaces it, other jobs of the run stay."""
+    """A run's row is keyed by (run_id, job): a retry replaces it, other jobs of the run stay.
+
+    The MERGE condition names the run_id partition as a literal, so Delta reads (and checks for
+    conflicts) only this run's partition: concurrent runs merging their own rows do not conflict.
+    Creating the table, and a MERGE racing another job of the same run, can still conflict: both go
+    through tables.with_conflict_retries (see there).
+    """
     from delta.tables import DeltaTable
 
     df = spark.createDataFrame([row], schema=tables.RUNS)
     path = tables.table_path(warehouse, "runs")
-    if not DeltaTable.isDeltaTable(spark, path):
-        tables.conform(df, "runs").write.format("delta").partitionBy("run_id").save(path)
-        return
-    (
-        DeltaTable.forPath(spark, path).alias("t")
-        .merge(df.alias("s"), "t.run_id = s.run_id AND t.job = s.job")
-        .whenMatchedUpdateAll()
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
+    run_id = validate_run_id(row["run_id"])
+
+    def create_if_missing() -> None:
+        # an empty append creates the table once; appending nothing to an existing table is harmless,
+        # so the loser of a creation race simply retries (no "path already exists" error)
+        if not DeltaTable.isDeltaTable(spark, path):
+            tables.conform(df.limit(0), "runs").write.format("delta").mode("append").partitionBy("run_id").save(path)
+
+    def merge() -> None:
+        (
+            DeltaTable.forPath(spark, path).alias("t")
+            .merge(df.alias("s"), f"t.run_id = '{run_id}' AND t.run_id = s.run_id AND t.job = s.job")
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+
+    tables.with_conflict_retries(create_if_missing, "runs [create]")
+    tables.with_conflict_retries(merge, f"runs [run_id = '{run_id}' AND job = '{row['job']}']")
