@@ -282,7 +282,10 @@ def run_iteration(blocks: DataFrame, model: ClickModel, g: Mapping[str, np.ndarr
     The per-block vectors are added in block order, so the sums do not depend on
     which task finished first.
     """
-    out = blocks.mapInArrow(_iteration_fn(model, g, estep), BLOCK_SCHEMA).localCheckpoint(eager=True)
+    # cache + collect: the collect of the stats is the one job that also fills the cache
+    # with the new blocks (a checkpoint would be a second job per pass). The caller
+    # unpersists the previous pass's blocks once this one is in place.
+    out = blocks.mapInArrow(_iteration_fn(model, g, estep), BLOCK_SCHEMA).cache()
     rows = sorted(out.select("block", "stats").collect(), key=lambda r: r["block"])
     total = np.zeros(sum(size for _, size in stats_layout(model, M)))
     for r in rows:

@@ -1,0 +1,228 @@
+"""The scale benchmark: every stage at 100k, 1M and 5M SERPs, against a numpy EM reference.
+
+    .venv/bin/python -m benchmarks.run                                  # 100k, 1M, 5M (about an hour here)
+    .venv/bin/python -m benchmarks.run --sizes 100000,1000000 --iterations 5
+
+Per size, in one Spark session (conf/bench.yaml: local[*], synthetic TianGong-ST-shaped
+log of 10 results per SERP, Zipf-like query frequencies with n_queries = SERPs / 25,
+simulated from a DBN), a fresh warehouse under --workdir:
+
+- ingest (generate + validate + write serps and labels), fit (pack the train split
+  into query blocks once, then --iterations EM passes of PBM, UBM and DBN; seconds per
+  pass are the EM passes' own wall times from the fit history), predict (train, valid,
+  test), evaluate (every split: all N SERPs, 200 bootstrap replicates), generate (DBN,
+  7 samples, original + shuffled lists, test split) + surrogate (DCM, 5 passes);
+- the numpy reference (benchmarks/numpy_reference.py) on the same train SERPs and
+  iteration count, in this process: seconds per iteration, the ratio
+  reference / Spark (1 = as fast as one numpy process; >= 0.25 is the target) and the
+  largest difference between the two fits' global parameters (same model, so ~1e-12);
+- peak memory: the largest resident set of this process tree (driver, JVM, Python
+  workers), sampled every 0.2 s while the size runs.
+
+After the last size: log-log slopes of stage time against size between consecutive
+sizes (1 = linear). Results are printed as a markdown table and written to
+<workdir>/results.json. PyClick's DBN (about 190 SERPs per second per iteration on this
+machine, issue 8) is the reference for the "x PyClick" column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+from pyspark.sql import functions as F
+
+from benchmarks.numpy_reference import REFERENCES
+from clickeval_spark import stages, tables
+from clickeval_spark.config import PROJECT_ROOT, load_config
+from clickeval_spark.models import get_model
+from clickeval_spark.models.params_io import from_param_rows
+from clickeval_spark.runtime import session_for
+
+PYCLICK_DBN_SERPS_PER_S = 190.0
+
+
+class PeakRss:
+    """Largest summed RSS of this process and all its descendants, sampled in a thread."""
+
+    def __init__(self, every: float = 0.2):
+        self.every, self.peak, self._stop = every, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self):
+        me = os.getpid()
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _tree_rss(me))
+            self._stop.wait(self.every)
+
+
+def _tree_rss(root: int) -> int:
+    parent, rss = {}, {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            parent[int(d)] = int(fields[1])
+            rss[int(d)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError):
+            continue
+    total, todo = 0, [root]
+    children: dict[int, list[int]] = {}
+    for pid, pp in parent.items():
+        children.setdefault(pp, []).append(pid)
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo += children.get(pid, [])
+    return total
+
+
+def timed(fn, *args):
+    t = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t
+
+
+def reference_arrays(spark, warehouse: str, dataset: str, M: int):
+    """The train split as padded numpy arrays (pair index, clicks), in this process.
+
+    Pairs are numbered by a 64-bit hash of (query_id, doc_id) collected from Spark and
+    np.unique'd here; this is the benchmark's setup, not part of any timing.
+    """
+    serps = stages._serps(spark, warehouse, dataset, ("train",))
+    pair_hash = F.transform(F.slice("doc_ids", 1, M), lambda d: F.xxhash64(F.col("query_id"), d))
+    tbl = serps.select(pair_hash.alias("h"), F.slice("clicks", 1, M).cast("array<tinyint>").alias("c")).toArrow()
+    h_list, c_list = tbl.column("h").combine_chunks(), tbl.column("c").combine_chunks()
+    lens = np.diff(h_list.offsets.to_numpy())
+    B = len(lens)
+    mask = np.arange(M)[None, :] < lens[:, None]
+    uniq, inverse = np.unique(h_list.flatten().to_numpy(), return_inverse=True)
+    pair = np.full((B, M), -1, dtype=np.int64)
+    pair[mask] = inverse
+    clicks = np.zeros((B, M), dtype=np.int8)
+    clicks[mask] = c_list.flatten().to_numpy()
+    return pair, clicks, len(uniq)
+
+
+def run_size(spark, conf: str, n: int, workdir: Path, iterations: int) -> dict:
+    wh = str(workdir / f"warehouse-{n}")
+    cfg = load_config(conf, {
+        "ingest.dataset": f"bench-{n}", "ingest.synthetic.n_serps": n,
+        "ingest.synthetic.n_queries": max(100, n // 25), "fit.iterations": iterations,
+        "spark.warehouse": wh, "report.path": str(workdir / "reports"),
+    })
+    run_id = f"bench-{n}"
+    out: dict = {"n_serps": n, "stages": {}, "fit": {}}
+    with PeakRss() as rss:
+        counts, out["stages"]["ingest"] = timed(stages.ingest_stage, spark, cfg, wh, run_id)
+        out["n_train"] = int(counts["serps_train"])
+        histories, out["stages"]["fit"] = timed(stages.fit_stage, spark, cfg, wh, run_id)
+        params = tables.read_table(spark, wh, "model_params")
+        pair, clicks, n_pairs = reference_arrays(spark, wh, cfg.ingest.dataset, cfg.fit.max_rank)
+        out["n_pairs"] = n_pairs
+        for name, hist in histories.items():
+            per_iter = [s for _, _, s in hist[1:]]
+            spark_s = float(np.mean(per_iter))
+            row = {"spark_s_per_iter": spark_s, "spark_iter_s": per_iter,
+                   "serp_iter_per_s": out["n_train"] / spark_s}
+            if name in REFERENCES:
+                glob, ref_times = REFERENCES[name](pair, clicks, n_pairs, iterations)
+                fitted = from_param_rows(params, get_model(name), run_id, cfg.fit.max_rank)
+                ref_s = float(np.mean(ref_times))
+                row.update(numpy_s_per_iter=ref_s, ratio=ref_s / spark_s,
+                           max_global_diff=max(float(np.max(np.abs(fitted.glob[k] - glob[k]))) for k in glob))
+            out["fit"][name] = row
+        del pair, clicks
+        out["stages"]["predict"] = timed(stages.predict_stage, spark, cfg, wh, run_id)[1]
+        out["stages"]["evaluate"] = timed(stages.evaluate_stage, spark, cfg, wh, run_id)[1]
+        out["n_evaluated"] = n
+        out["stages"]["generate"] = timed(stages.generate_stage, spark, cfg, wh, run_id)[1]
+        out["stages"]["surrogate"] = timed(stages.surrogate_stage, spark, cfg, wh, run_id)[1]
+    out["peak_rss_gb"] = rss.peak / 2**30
+    return out
+
+
+def slope(results: list[dict], get) -> list[float]:
+    return [math.log(get(b) / get(a)) / math.log(b["n_serps"] / a["n_serps"])
+            for a, b in zip(results, results[1:])]
+
+
+def markdown(results: list[dict], args, started: str) -> str:
+    lines = [f"Command: `.venv/bin/python -m benchmarks.run --sizes {args.sizes} --iterations {args.iterations}`",
+             f"Date: {started}; machine: {os.cpu_count()} cores, "
+             f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
+             f"{platform.platform()}; Spark local[*]", "",
+             "| SERPs | train SERPs | pairs | ingest s | fit stage s | predict s | evaluate s (N SERPs, 200 reps) "
+             "| generate s | surrogate s | peak RSS GiB |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        s = r["stages"]
+        lines.append(f"| {r['n_serps']:,} | {r['n_train']:,} | {r['n_pairs']:,} | {s['ingest']:.1f} | {s['fit']:.1f} "
+                     f"| {s['predict']:.1f} | {s['evaluate']:.1f} | {s['generate']:.1f} | {s['surrogate']:.1f} "
+                     f"| {r['peak_rss_gb']:.1f} |")
+    lines += ["", "EM per iteration (train split; Spark = mean wall time of the fit's EM passes, LL included):", "",
+              "| SERPs | model | Spark s/iter | SERP-iter/s | numpy s/iter | ratio numpy/Spark | x PyClick DBN "
+              "| max abs diff of global params |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        for name, f in r["fit"].items():
+            lines.append(f"| {r['n_serps']:,} | {name} | {f['spark_s_per_iter']:.2f} | {f['serp_iter_per_s']:,.0f} "
+                         f"| {f.get('numpy_s_per_iter', float('nan')):.2f} | {f.get('ratio', float('nan')):.2f} "
+                         f"| {f['serp_iter_per_s'] / PYCLICK_DBN_SERPS_PER_S:,.0f} "
+                         f"| {f.get('max_global_diff', float('nan')):.1e} |")
+    if len(results) > 1:
+        lines += ["", "Log-log slope of time against SERPs between consecutive sizes (1.0 = linear):", "",
+                  "| quantity | " + " | ".join(f"{a['n_serps']:,} → {b['n_serps']:,}"
+                                              for a, b in zip(results, results[1:])) + " |",
+                  "|---|" + "---|" * (len(results) - 1)]
+        quantities = [(f"stage {k}", lambda r, k=k: r["stages"][k]) for k in results[0]["stages"]]
+        quantities += [(f"{m} s/iter", lambda r, m=m: r["fit"][m]["spark_s_per_iter"]) for m in results[0]["fit"]]
+        quantities.append(("all stages", lambda r: sum(r["stages"].values())))
+        for label, get in quantities:
+            lines.append(f"| {label} | " + " | ".join(f"{x:.2f}" for x in slope(results, get)) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="100000,1000000,5000000")
+    ap.add_argument("--iterations", type=int, default=5)
+    ap.add_argument("--conf", default=str(PROJECT_ROOT / "conf" / "bench.yaml"))
+    ap.add_argument("--workdir", default="/tmp/clickeval-bench")
+    args = ap.parse_args(argv)
+    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    workdir = Path(args.workdir)
+    spark = session_for(load_config(args.conf), "benchmark")
+    results = []
+    try:
+        for n in (int(x) for x in args.sizes.split(",")):
+            t = time.perf_counter()
+            results.append(run_size(spark, args.conf, n, workdir, args.iterations))
+            print(f"size {n:,} done in {time.perf_counter() - t:.0f} s", flush=True)
+            (workdir / "results.json").write_text(json.dumps(results, indent=1))
+    finally:
+        spark.stop()
+    print(markdown(results, args, started))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
