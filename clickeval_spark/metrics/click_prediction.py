@@ -40,16 +40,17 @@ def session_stats(predictions: DataFrame, sessions: DataFrame, max_rank: int, ep
     rank, click, p_click_cond, p_click); `sessions`: dataset, serp_id, session_id.
     Log terms are stored as fixed-point longs (exact, order-free sums).
     """
-    rows = (
-        predictions.where(F.col("rank").between(1, max_rank))
-        .join(sessions, on=["dataset", "serp_id"], how="inner")
-        .select(
-            *KEYS, "session_id", "serp_id", "rank",
-            to_fixed(log_lik(clipped("p_click_cond", eps))).alias("ln_cond"),
-            to_fixed(log_lik(clipped("p_click", eps))).alias("ln_uncond"),
-            (F.col("p_click_cond") != clipped("p_click_cond", eps)).cast("long").alias("clipped_cond"),
-            (F.col("p_click") != clipped("p_click", eps)).cast("long").alias("clipped_uncond"),
-        )
+    # two levels: positions -> SERPs (map-side partial aggregation folds a SERP's ranks,
+    # which arrive together, before any shuffle), then SERPs -> sessions after the join
+    # with the (10x smaller) SERP table. A SERP is counted at its rank 1: every SERP of
+    # click_predictions has all its ranks (built-in models by construction, external
+    # ones by external.checked_predictions).
+    rows = predictions.where(F.col("rank").between(1, max_rank)).select(
+        *KEYS, "serp_id", "rank",
+        to_fixed(log_lik(clipped("p_click_cond", eps))).alias("ln_cond"),
+        to_fixed(log_lik(clipped("p_click", eps))).alias("ln_uncond"),
+        (F.col("p_click_cond") != clipped("p_click_cond", eps)).cast("long").alias("clipped_cond"),
+        (F.col("p_click") != clipped("p_click", eps)).cast("long").alias("clipped_uncond"),
     )
     per_rank = []
     for t in range(1, max_rank + 1):
@@ -59,12 +60,15 @@ def session_stats(predictions: DataFrame, sessions: DataFrame, max_rank: int, ep
             F.sum(F.when(at_t, F.col("ln_cond")).otherwise(0)).alias(f"ln_cond_{t}"),
             F.sum(F.when(at_t, F.col("ln_uncond")).otherwise(0)).alias(f"ln_uncond_{t}"),
         ]
+    per_serp = (
+        rows.groupBy(*KEYS, "serp_id")
+        .agg(F.sum("clipped_cond").alias("clipped_cond"), F.sum("clipped_uncond").alias("clipped_uncond"), *per_rank)
+    )
+    summed = [c for c in stat_columns(max_rank) if c != "n_serps"]
     return (
-        rows.groupBy(*KEYS, "session_id")
-        .agg(F.countDistinct("serp_id").cast("long").alias("n_serps"),
-             F.sum("clipped_cond").alias("clipped_cond"),
-             F.sum("clipped_uncond").alias("clipped_uncond"),
-             *per_rank)
+        per_serp.join(sessions, on=["dataset", "serp_id"], how="inner")
+        .groupBy(*KEYS, "session_id")
+        .agg(F.sum("n_1").alias("n_serps"), *[F.sum(c).alias(c) for c in summed])
         .select(*KEYS, "session_id", *stat_columns(max_rank))
     )
 
