@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -10,8 +13,9 @@ from pyspark.sql import functions as F
 
 from clickeval_spark import tables
 from clickeval_spark.config import IngestConfig
-from clickeval_spark.errors import ConfigError
+from clickeval_spark.errors import ConfigError, InputError
 from clickeval_spark.sources import canonical, per_query_text, tiangong, yandex
+from clickeval_spark.sources.files import input_files, same_file, shown
 from clickeval_spark.splits import assign_splits
 from clickeval_spark.validation import check_labels, check_serps
 
@@ -48,6 +52,62 @@ def parse_labels(spark: SparkSession, cfg: IngestConfig) -> DataFrame | None:
     if cfg.format == "yandex":
         return yandex.read_labels(spark, cfg.labels, cfg.dataset)
     raise ConfigError(f"ingest.labels is not supported for format {cfg.format!r}")
+
+
+# what one record of a file looks like, per format: a file that gives none breaks rule empty_input
+SERP_RECORDS = {
+    "per_query_text": "tab-separated lines 'sid, qid, [docs], [vtypes], [clicks]'",
+    "tiangong_xml": "<session num=...> elements",
+    "yandex": "query lines 'SessionID TimePassed Q QueryID RegionID URL...' and click lines",
+}
+LABEL_RECORDS = {
+    "per_query_text": "tab-separated lines 'sid, qid, [docs], [vtypes], [clicks], [relevances]'",
+    "tiangong_xml": "lines 'id session query doc relevance'",
+    "yandex": "lines 'QueryID RegionID URLID Relevance'",
+}
+_FAILED_READ = re.compile(r"FAILED_READ_FILE[^\]]*\]\s*Encountered error while reading file (.+?)\.?\s*(?:SQLSTATE:|$)",
+                          re.M)
+
+
+@contextmanager
+def reading_inputs() -> Iterator[None]:
+    """Spark reads input files lazily, in the first action: a file it cannot decode (a corrupt .gz, a
+    file cut short) fails there, deep inside an executor. Report it as one line naming the file."""
+    try:
+        yield
+    except Exception as exc:
+        match = _FAILED_READ.search(str(exc))
+        if not match:
+            raise
+        raise InputError(f"{shown(match.group(1))}: breaks rule unreadable_file: Spark cannot read it "
+                         f"({_root_cause(exc)})") from None
+
+
+def _root_cause(exc: Exception) -> str:
+    cause = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    last = None
+    while cause is not None:
+        last = cause
+        try:
+            cause = cause.getCause()
+        except Exception:  # not a Java throwable
+            break
+    text = str(last.toString()) if last is not None and hasattr(last, "toString") else str(exc)
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+def require_records(spark: SparkSession, paths: list[str], records_per_source: dict[str, int], what: str) -> None:
+    """Every input file gave at least one record (line, <session>, ...), else fail naming it: an empty
+    or wholly unreadable file would otherwise pass as an input with nothing in it."""
+    seen = {same_file(source) for source, n in records_per_source.items() if n}
+    for path in paths:
+        for file in input_files(spark, path):
+            if same_file(file) not in seen:
+                raise InputError(f"{shown(file)}: breaks rule empty_input: no records in it (expected {what})")
+
+
+def _records_per_source(parsed: DataFrame) -> dict[str, int]:
+    return {r["source"]: r["n"] for r in parsed.groupBy("source").agg(F.count(F.lit(1)).alias("n")).collect()}
 
 
 def _single_path(cfg: IngestConfig) -> str:
@@ -88,13 +148,19 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
                labels_parsed: DataFrame | None, run_id: str) -> IngestOutput:
     """Validate parsed records and split the sessions; returns the frames to write and their counts.
 
-    The parsed input is persisted once, since counts and both outputs read it.
+    The parsed input is persisted once, since counts and both outputs read it. Input files
+    are read here, in the first count: a file that cannot be read, or that holds no record,
+    fails the job with an InputError naming it.
     """
     parsed = assign_splits(serps_parsed, cfg.split).persist(StorageLevel.MEMORY_AND_DISK)
     checked = check_serps(parsed, max_rank=cfg.max_rank)
     serps = checked.accepted.withColumn("ingest_run_id", F.lit(run_id))
     quarantine = checked.quarantined
-    counts = {"serps_read": parsed.count()}
+    with reading_inputs():
+        per_source = _records_per_source(parsed)
+        if cfg.format in SERP_RECORDS:
+            require_records(spark, list(cfg.paths.values()), per_source, SERP_RECORDS[cfg.format])
+    counts = {"serps_read": sum(per_source.values())}
 
     labels = None
     if labels_parsed is not None:
@@ -104,8 +170,12 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
             "ingest_run_id", F.lit(run_id)
         )
         quarantine = quarantine.unionByName(label_check.quarantined)
-        counts["labels_read"] = labels_parsed.count()
-        counts["labels_accepted"] = label_check.accepted_records.count()
+        with reading_inputs():
+            per_source = _records_per_source(labels_parsed)
+            if cfg.format in LABEL_RECORDS:
+                require_records(spark, [cfg.labels], per_source, LABEL_RECORDS[cfg.format])
+            counts["labels_read"] = sum(per_source.values())
+            counts["labels_accepted"] = label_check.accepted_records.count()
 
     return IngestOutput(serps=serps, labels=labels, quarantine=quarantine.withColumn("run_id", F.lit(run_id)),
                         counts=counts)
@@ -113,6 +183,11 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
 
 def write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, dataset: str, run_id: str) -> dict[str, int]:
     """Write the three tables, then reconcile read = accepted + quarantined from what was written."""
+    with reading_inputs():
+        return _write_ingest(spark, out, warehouse, dataset, run_id)
+
+
+def _write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, dataset: str, run_id: str) -> dict[str, int]:
     tables.replace_slice(out.serps, warehouse, "serps", {"dataset": dataset}, run_id)
     tables.replace_slice(out.quarantine, warehouse, "quarantine", {"run_id": run_id, "dataset": dataset}, run_id)
     counts = dict(out.counts)

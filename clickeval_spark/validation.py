@@ -2,9 +2,10 @@
 
 Readers produce a *parsed* frame: the canonical columns (possibly null or
 ill-formed) plus where the record came from (source, line or record locator,
-raw text) and, when the reader itself could not parse it, parse_rule and
-parse_reason. The rules below are Spark SQL expressions evaluated in one pass;
-the first rule a record breaks is its reason.
+raw text; sources without lines add an `ordinal` that sorts in file order) and,
+when the reader itself could not parse it, parse_rule and parse_reason. The
+rules below are Spark SQL expressions evaluated in one pass; the first rule a
+record breaks is its reason.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.config import SPLITS
-from clickeval_spark.sources.files import truncate_raw
+from clickeval_spark.sources.files import RAW_MAX_CHARS, WHITESPACE, truncate_raw
 
 # rule codes, in the order they are checked
 SERP_RULES = (
@@ -56,8 +57,13 @@ def _first_broken(rules: list[tuple[str, Column, Column]]) -> tuple[Column, Colu
     return rule, reason
 
 
+def _blank_text(text: Column) -> Column:
+    """Null, empty, or only whitespace of any kind (tabs, newlines, Unicode spaces): not an id."""
+    return text.isNull() | text.rlike(f"^{WHITESPACE}*$")
+
+
 def _blank(col: str) -> Column:
-    return F.col(col).isNull() | (F.trim(F.col(col)) == "")
+    return _blank_text(F.col(col))
 
 
 def check_serps(parsed: DataFrame, *, max_rank: int) -> Checked:
@@ -67,7 +73,7 @@ def check_serps(parsed: DataFrame, *, max_rank: int) -> Checked:
         ("unparseable", F.col("parse_rule").isNotNull(), F.col("parse_reason")),
         ("missing_id",
          _blank("session_id") | _blank("query_id") | _blank("serp_id")
-         | F.coalesce(F.exists("doc_ids", lambda d: d.isNull() | (F.trim(d) == "")), F.lit(False)),
+         | F.coalesce(F.exists("doc_ids", _blank_text), F.lit(False)),
          F.lit("session id, query id, serp id and every doc id must be present")),
         ("empty_result_list", F.col("doc_ids").isNull() | (n_docs == 0), F.lit("the result list is empty")),
         ("length_mismatch",
@@ -112,7 +118,7 @@ def check_labels(parsed: DataFrame) -> Checked:
     n_docs = F.size("doc_ids")
     rules = [
         ("unparseable", F.col("parse_rule").isNotNull(), F.col("parse_reason")),
-        ("missing_id", _blank("query_id") | F.exists("doc_ids", lambda d: d.isNull() | (F.trim(d) == "")),
+        ("missing_id", _blank("query_id") | F.coalesce(F.exists("doc_ids", _blank_text), F.lit(False)),
          F.lit("query id and doc ids must be present")),
         ("empty_result_list", F.col("doc_ids").isNull() | (n_docs == 0), F.lit("no judged documents")),
         ("length_mismatch", F.col("relevances").isNull() | (F.size("relevances") != n_docs),
@@ -147,7 +153,9 @@ def _flag_duplicates(ruled: DataFrame, key: str, code: str, what: Column) -> Dat
     Only valid records compete: a broken record never pushes out a good one with the same key.
     """
     valid = F.col("rule").isNull()
-    first_in_file = Window.partitionBy("dataset", key, valid).orderBy("source", "line", "record")
+    # file order: line numbers, or an `ordinal` where a source has no lines (XML: split offset, row, position)
+    order = [c for c in ("source", "line", "ordinal", "record") if c in ruled.columns]
+    first_in_file = Window.partitionBy("dataset", key, valid).orderBy(*order)
     later = valid & (F.row_number().over(first_in_file) > 1)
     return ruled.select(
         *[c for c in ruled.columns if c not in ("rule", "reason")],
@@ -158,13 +166,16 @@ def _flag_duplicates(ruled: DataFrame, key: str, code: str, what: Column) -> Dat
 
 
 def _quarantine_rows(ruled: DataFrame, target: str) -> DataFrame:
+    """Reasons and locators quote input (click lists, ids, XML attributes): they are cut like the raw text."""
     return ruled.where(F.col("rule").isNotNull()).select(
         "dataset",
         F.lit(target).alias("target"),
         "source",
         F.col("line").cast(T.LongType()).alias("line"),
-        "record",
+        truncate_raw("record").alias("record"),
         truncate_raw("raw").alias("raw"),
         "rule",
-        "reason",
+        F.when(F.length("reason") > RAW_MAX_CHARS,
+               F.concat(F.substring("reason", 1, RAW_MAX_CHARS - 3), F.lit("...")))
+        .otherwise(F.col("reason")).alias("reason"),
     )

@@ -1,13 +1,17 @@
-"""File access shared by every source: existence checks and numbered text lines."""
+"""File access shared by every source: existence checks, input file listings and numbered text lines."""
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from urllib.parse import unquote, urlsplit
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from clickeval_spark.errors import InputError
 
-RAW_MAX_CHARS = 1000  # quarantine keeps this much of a bad record
+RAW_MAX_CHARS = 1000  # quarantine keeps this much of a bad record (and of its reason and locator)
+# Java regex: what str.strip() / str.isspace() call whitespace (ASCII, the \x1c-\x1f separators, Unicode spaces)
+WHITESPACE = r"[\p{javaWhitespace}\p{Z}\x{85}]"
 
 
 def ensure_readable(spark: SparkSession, path: str) -> None:
@@ -21,6 +25,41 @@ def ensure_readable(spark: SparkSession, path: str) -> None:
         raise InputError(f"{path}: cannot be read ({str(exc).splitlines()[0]})") from None
     if matches is None or len(matches) == 0:
         raise InputError(f"{path}: cannot be read (no such file)")
+
+
+def input_files(spark: SparkSession, path: str) -> list[str]:
+    """The data files Spark reads for `path` (a file, a glob, or a folder of files), as URIs.
+
+    Folders contribute the files directly inside them whose names do not start with
+    '_' or '.' (what Spark skips too); nested folders are left out, so every file
+    listed here is one Spark certainly reads.
+    """
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    files = []
+    for status in fs.globStatus(hpath) or []:
+        if status.isFile():
+            files.append(status.getPath().toUri().toString())
+            continue
+        for child in fs.listStatus(status.getPath()):
+            name = child.getPath().getName()
+            if child.isFile() and not name.startswith(("_", ".")):
+                files.append(child.getPath().toUri().toString())
+    return sorted(files)
+
+
+def same_file(uri: str) -> tuple[str, str, str]:
+    """A key under which Spark's `_metadata.file_path` and a Hadoop listing name a file alike
+    (file:///x and file:/x, percent-encoded or not)."""
+    parts = urlsplit(uri)
+    return parts.scheme or "file", parts.netloc, unquote(parts.path)
+
+
+def shown(uri: str) -> str:
+    """A file as a message names it: local files by their path, others by their URI."""
+    scheme, netloc, path = same_file(uri)
+    return path if scheme == "file" and not netloc else uri
 
 
 def numbered_lines(spark: SparkSession, path: str) -> DataFrame:
@@ -67,16 +106,27 @@ def whitespace_fields(spark: SparkSession, path: str, n_fields: int, layout: str
     Columns: source, line, record (null), raw, f (the fields; null when the count is
     wrong), parse_rule and parse_reason (set when the count is wrong).
     """
-    fields = F.split(F.trim(F.col("raw")), r"\s+")
-    ok = F.size(fields) == n_fields
-    return numbered_lines(spark, path).where(F.trim("raw") != "").select(
+    fields = F.split(strip(F.col("raw")), r"\s+")
+    utf8 = F.is_valid_utf8("raw")
+    ok = utf8 & (F.size(fields) == n_fields)
+    return numbered_lines(spark, path).where(strip(F.col("raw")) != "").select(
         "source", "line", F.lit(None).cast("string").alias("record"), "raw",
         F.when(ok, fields).alias("f"),
         F.when(~ok, F.lit("unparseable")).alias("parse_rule"),
-        F.when(~ok, F.format_string(f"expected {n_fields} whitespace-separated fields ({layout}), got %d",
-                                    F.size(fields))).alias("parse_reason"),
+        F.when(~utf8, F.lit(NOT_UTF8))
+        .when(~ok, F.format_string(f"expected {n_fields} whitespace-separated fields ({layout}), got %d",
+                                   F.size(fields))).alias("parse_reason"),
     )
 
 
+def strip(text: Column) -> Column:
+    """`text` without leading and trailing whitespace of any kind (F.trim removes spaces only)."""
+    return F.regexp_replace(text, f"^{WHITESPACE}+|{WHITESPACE}+$", "")
+
+
+NOT_UTF8 = "the line is not valid UTF-8 text (binary data?)"
+
+
 def truncate_raw(col: str = "raw"):
-    return F.substring(F.col(col), 1, RAW_MAX_CHARS)
+    """The first RAW_MAX_CHARS characters, made valid UTF-8 (Spark keeps a text line's bytes as they were)."""
+    return F.substring(F.make_valid_utf8(F.col(col)), 1, RAW_MAX_CHARS)

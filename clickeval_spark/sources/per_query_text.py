@@ -3,8 +3,10 @@
     graphcm: sid <TAB> qid <TAB> [docs] <TAB> [vtypes] <TAB> [clicks]
     aicm:    sid <TAB> qid <TAB> 0 <TAB> 0 <TAB> [docs] <TAB> [vtypes] <TAB> [clicks]
 
-Label files add a last field [relevances]. The bracketed fields are JSON lists
-and are parsed as JSON (never evaluated). `auto` decides per line from its
+Label files add a last field [relevances]. The bracketed fields are flat JSON
+lists and are parsed as JSON, never evaluated: anything else in the field (text
+after the closing bracket, nested lists or objects, Python syntax such as tuples
+or True) makes the line unparseable. `auto` decides per line from its
 number of fields. A SERP's id is "<session id>-<position in session>", its
 position counted in file order.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from clickeval_spark.sources.files import numbered_lines
+from clickeval_spark.sources.files import NOT_UTF8, numbered_lines, strip
 
 # number of fields -> index of the docs field, per variant; labels have one more field
 _LAYOUTS = {"graphcm": (5, 2), "aicm": (7, 4)}
@@ -31,6 +33,20 @@ def _layout(fields: Column, variant: str, extra: int) -> tuple[Column, Column]:
     return index, F.lit(expected)
 
 
+def _json_list(field: Column, element_type: str) -> Column:
+    """The field parsed as a flat JSON list of `element_type`, or null when it is anything else.
+
+    Spark's JSON parser stops after the first complete value ("[0,1]garbage" would give
+    [0, 1]), so the field's shape is checked first: with backslash escapes and string
+    literals blanked out, what is left must be one bracketed list with nothing nested in
+    it and nothing after it. The regexes scan linearly, also on a line of megabytes.
+    """
+    no_escapes = F.regexp_replace(field, r"(?s)\\.", "_")
+    skeleton = F.regexp_replace(no_escapes, r"\"[^\"]*\"|'[^']*'", "s")
+    flat = skeleton.rlike(r"^\s*\[[^\[\]{}\"']*\]\s*$")
+    return F.when(flat, F.from_json(field, f"array<{element_type}>"))
+
+
 def _parse(lines: DataFrame, dataset: str, variant: str, extra: int) -> DataFrame:
     fields = F.split(F.col("raw"), "\t")
     docs_at, expected = _layout(fields, variant, extra)
@@ -38,24 +54,25 @@ def _parse(lines: DataFrame, dataset: str, variant: str, extra: int) -> DataFram
     parsed = lines.select(
         "source", "line", "raw",
         F.lit(dataset).alias("dataset"),
-        F.trim(F.try_element_at(fields, F.lit(1))).alias("session_id"),
-        F.trim(F.try_element_at(fields, F.lit(2))).alias("query_id"),
+        strip(F.try_element_at(fields, F.lit(1))).alias("session_id"),
+        strip(F.try_element_at(fields, F.lit(2))).alias("query_id"),
         F.size(fields).alias("n_fields"),
         docs_at.alias("docs_at"),
         expected.alias("expected"),
-        F.from_json(field(0), "array<string>").alias("doc_ids"),
-        F.from_json(field(1), "array<string>").alias("vtypes"),
-        F.from_json(field(2), "array<int>").alias("clicks"),
-        F.from_json(field(3), "array<string>").alias("relevances"),
+        _json_list(field(0), "string").alias("doc_ids"),
+        _json_list(field(1), "string").alias("vtypes"),
+        _json_list(field(2), "int").alias("clicks"),
+        _json_list(field(3), "string").alias("relevances"),
     )
     list_names = ["doc_ids", "vtypes", "clicks"] + (["relevances"] if extra else [])
     bad_list = F.lit(None).cast("string")
     for name in reversed(list_names):
         bad_list = F.when(F.col(name).isNull(), F.lit(name)).otherwise(bad_list)
+    utf8 = F.is_valid_utf8("raw")
     return parsed.select(
         "*",
-        F.when(F.col("docs_at").isNull() | bad_list.isNotNull(), F.lit("unparseable")).alias("parse_rule"),
-        F.when(
+        F.when(~utf8 | F.col("docs_at").isNull() | bad_list.isNotNull(), F.lit("unparseable")).alias("parse_rule"),
+        F.when(~utf8, F.lit(NOT_UTF8)).when(
             F.col("docs_at").isNull(),
             F.format_string("expected %s tab-separated fields, got %d", F.col("expected"), F.col("n_fields")),
         ).when(

@@ -58,10 +58,13 @@ def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
         .option("columnNameOfCorruptRecord", _CORRUPT)
         .schema(SESSION_SCHEMA)
         .load(path)
-        .select(F.col("_metadata.file_path").alias("source"), "*")
+        # file order without line numbers: the split's offset, then the row's place within the split
+        .select(F.col("_metadata.file_path").alias("source"), F.col("_metadata.file_block_start").alias("block"),
+                F.monotonically_increasing_id().alias("row_in_block"), "*")
     )
     broken = sessions.where(F.col(_CORRUPT).isNotNull()).select(
         "source",
+        F.array("block", "row_in_block", F.lit(0).cast("long")).alias("ordinal"),
         F.concat(F.lit("session "), F.coalesce(F.col("_num"), F.lit("?"))).alias("record"),
         F.col(_CORRUPT).alias("raw"),
         F.lit("unparseable").alias("parse_rule"),
@@ -69,9 +72,11 @@ def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
     )
     interactions = (
         sessions.where(F.col(_CORRUPT).isNull())
-        .select("source", F.col("_num").alias("session_id"), F.explode_outer("interaction").alias("it"))
+        .select("source", "block", "row_in_block", F.col("_num").alias("session_id"),
+                F.posexplode_outer("interaction").alias("pos", "it"))
         .select(
             "source", "session_id",
+            F.array("block", "row_in_block", F.coalesce("pos", F.lit(0)).cast("long")).alias("ordinal"),
             F.col("it._num").alias("interaction"),
             F.col("it.query_id").alias("query_id"),
             F.array_sort(
@@ -84,8 +89,9 @@ def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
         )
     )
     parsed = interactions.select(
-        "source",
-        F.format_string("session %s interaction %s", "session_id", F.coalesce("interaction", F.lit("?"))).alias("record"),
+        "source", "ordinal",
+        F.format_string("session %s interaction %s", F.coalesce("session_id", F.lit("?")),
+                        F.coalesce("interaction", F.lit("?"))).alias("record"),
         "raw",
         F.when(F.col("interaction").isNull() | F.col("interaction").try_cast("int").isNull(), F.lit("unparseable"))
         .alias("parse_rule"),
@@ -103,7 +109,7 @@ def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
         F.transform("results", lambda x: x["rank"]).alias("result_ranks"),
     )
     return parsed.unionByName(broken, allowMissingColumns=True).select(
-        "source", F.lit(None).cast("long").alias("line"), "record", "raw", "parse_rule", "parse_reason",
+        "source", F.lit(None).cast("long").alias("line"), "ordinal", "record", "raw", "parse_rule", "parse_reason",
         F.lit(dataset).alias("dataset"), F.lit(None).cast("string").alias("split"),
         "session_id", "serp_pos", "serp_id", "query_id", "doc_ids", "vtypes", "clicks",
         "click_ranks", "result_ranks", F.lit(None).cast("date").alias("log_date"),

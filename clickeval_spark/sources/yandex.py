@@ -15,17 +15,18 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from clickeval_spark.sources.files import numbered_lines, whitespace_fields
+from clickeval_spark.sources.files import NOT_UTF8, numbered_lines, strip, whitespace_fields
 
 
 def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
     lines = numbered_lines(spark, path).select(
-        "source", "line", "raw", F.split(F.trim("raw"), r"\s+").alias("f"),
+        "source", "line", "raw", F.split(strip(F.col("raw")), r"\s+").alias("f"),
     )
     field = lambda i: F.try_element_at("f", F.lit(i + 1))  # noqa: E731 (short lines give null, not an error)
     kind = field(2)
-    is_query = (kind == "Q") & (F.size("f") >= 6)
-    is_click = (kind == "C") & (F.size("f") == 4)
+    utf8 = F.is_valid_utf8("raw")
+    is_query = utf8 & (kind == "Q") & (F.size("f") >= 6)
+    is_click = utf8 & (kind == "C") & (F.size("f") == 4)
     queries = lines.where(is_query).select(
         "source", "line", "raw",
         field(0).alias("session_id"),
@@ -81,8 +82,9 @@ def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
     )
     bad_lines = lines.where(~F.coalesce(is_query | is_click, F.lit(False))).select(
         "source", "line", "raw", F.lit("unparseable").alias("parse_rule"),
-        F.lit("expected a query line 'SessionID TimePassed Q QueryID RegionID URL...' "
-              "or a click line 'SessionID TimePassed C URLID'").alias("parse_reason"),
+        F.when(~utf8, F.lit(NOT_UTF8))
+        .otherwise(F.lit("expected a query line 'SessionID TimePassed Q QueryID RegionID URL...' "
+                         "or a click line 'SessionID TimePassed C URLID'")).alias("parse_reason"),
         F.lit(None).cast("string").alias("session_id"),
     )
     rejects = orphans.unionByName(bad_lines).select(
