@@ -21,6 +21,9 @@ from clickeval_spark.errors import ConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+# dataset, model and environment names: they go into Delta predicates (replaceWhere), partition folders
+# and default run ids, so they are a subset of what a run id allows
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SPLITS = ("train", "valid", "test")
 MODEL_NAMES = ("gctr", "rctr", "dctr", "pbm", "cm", "ubm", "dcm", "ccm", "dbn", "sdbn")
 SOURCE_FORMATS = ("synthetic", "tiangong_xml", "per_query_text", "yandex", "parquet", "delta")
@@ -40,6 +43,16 @@ def validate_run_id(run_id: str) -> str:
             f"run_id {run_id!r} is not allowed: use 1-128 of [A-Za-z0-9_.:-], starting with a letter or digit"
         )
     return run_id
+
+
+def validate_name(key: str, value: Any) -> str:
+    """A user-given name (dataset, model, env) is checked against NAME_PATTERN at start-up, before any write."""
+    if not isinstance(value, str) or not NAME_PATTERN.match(value):
+        raise ConfigError(
+            f"{key}: {value!r} is not allowed: must match {NAME_PATTERN.pattern} "
+            "(1-64 of [A-Za-z0-9_.-], starting with a letter or digit)"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -122,8 +135,7 @@ class IngestConfig:
     def __post_init__(self) -> None:
         if self.format not in SOURCE_FORMATS:
             raise ConfigError(f"ingest.format: {self.format!r} is not allowed; allowed: {list(SOURCE_FORMATS)}")
-        if not re.match(r"^[A-Za-z0-9_.-]{1,64}$", self.dataset):
-            raise ConfigError(f"ingest.dataset: {self.dataset!r} must be 1-64 of [A-Za-z0-9_.-]")
+        validate_name("ingest.dataset", self.dataset)
         allowed_keys = set(SPLITS) | {"all"}
         bad = set(self.paths) - allowed_keys
         if bad:
@@ -173,8 +185,7 @@ class ExternalModelConfig:
     format: Literal["auto", "delta", "parquet"] = "auto"
 
     def __post_init__(self) -> None:
-        if not re.match(r"^[A-Za-z0-9_.-]{1,64}$", self.name):
-            raise ConfigError(f"evaluate.external.name: {self.name!r} must be 1-64 of [A-Za-z0-9_.-]")
+        validate_name("evaluate.external.name", self.name)
 
 
 @dataclass(frozen=True)
@@ -197,6 +208,8 @@ class EvaluateConfig:
         bad = [s for s in self.splits if s not in SPLITS]
         if bad or not self.splits:
             raise ConfigError(f"evaluate.splits: {bad or '[]'} not allowed; allowed: {list(SPLITS)}")
+        if self.reference_model is not None:
+            validate_name("evaluate.reference_model", self.reference_model)
         if not 0 < self.eps < 0.5:
             raise ConfigError("evaluate.eps: must be in (0, 0.5)")
         if self.replicates < 1:
@@ -218,8 +231,7 @@ class ExternalSequencesConfig:
     format: Literal["auto", "delta", "parquet"] = "auto"
 
     def __post_init__(self) -> None:
-        if not re.match(r"^[A-Za-z0-9_.-]{1,64}$", self.name):
-            raise ConfigError(f"generate.external.name: {self.name!r} must be 1-64 of [A-Za-z0-9_.-]")
+        validate_name("generate.external.name", self.name)
 
 
 LIST_ORDERS = ("original", "shuffled_all", "shuffled_halves")
@@ -285,6 +297,7 @@ class AppConfig:
     report: ReportConfig = field(default_factory=ReportConfig)
 
     def __post_init__(self) -> None:
+        validate_name("env", self.env)
         if self.run_id is not None:
             validate_run_id(self.run_id)
         clash = [e.name for e in self.evaluate.external if e.name in self.fit.models]
@@ -385,11 +398,16 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
         raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top, got {type(data).__name__}")
     for dotted, value in (overrides or {}).items():
         node = data
         *parents, leaf = dotted.split(".")
-        for key in parents:
+        for i, key in enumerate(parents):
             node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                # e.g. --set ingest.dataset.x=1: ingest.dataset is a value, not a section
+                raise ConfigError(f"{'.'.join(parents[:i + 1])}: is {node!r}, not a section; cannot set {dotted}")
         node[leaf] = value
     return _build(AppConfig, data, "")
 

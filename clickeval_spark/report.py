@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from delta.tables import DeltaTable  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
 
 from clickeval_spark import tables  # noqa: E402
 from clickeval_spark.metrics.summary import HEADLINE  # noqa: E402
@@ -165,7 +166,9 @@ def build_report(spark: SparkSession, warehouse: str, run_id: str, dataset: str,
     def rows_of(name: str) -> list[dict]:
         if not DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, name)):
             return []
-        df = tables.read_table(spark, warehouse, name).where(f"run_id = '{run_id}' AND dataset = '{dataset}'")
+        # column predicates, not SQL text: run_id and dataset are never spliced into a query
+        df = tables.read_table(spark, warehouse, name).where(
+            (F.col("run_id") == run_id) & (F.col("dataset") == dataset))
         return [r.asDict() for r in df.collect()]
 
     rows, dist = rows_of("metrics"), rows_of("distributional_metrics")

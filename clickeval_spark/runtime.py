@@ -18,7 +18,7 @@ from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 
 from clickeval_spark.config import PROJECT_ROOT, AppConfig, load_config, resolve_location, validate_run_id
-from clickeval_spark.errors import ClickevalError
+from clickeval_spark.errors import ClickevalError, ConfigError
 from clickeval_spark.session import build_session
 
 DEFAULT_CONF = PROJECT_ROOT / "conf" / "local.yaml"
@@ -44,7 +44,10 @@ def load(args: argparse.Namespace) -> tuple[AppConfig, str]:
         key, sep, value = item.partition("=")
         if not sep:
             raise ClickevalError(f"--set {item!r}: expected KEY=VALUE")
-        overrides[key] = yaml.safe_load(value)
+        try:  # safe_load: a value is data (no !!python tags), never code
+            overrides[key] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {key}: not a YAML value ({str(exc).splitlines()[0]})") from None
     cfg = load_config(args.conf, overrides)
     run_id = args.run_id or cfg.run_id or f"{cfg.env}-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
     return cfg, validate_run_id(run_id)
