@@ -165,7 +165,10 @@ def _comparable(spark, warehouse: str, run_id: str, dataset: str, digits: int | 
     for name in tables.SCHEMAS:
         if name == "runs":
             rows = tables.read_table(spark, warehouse, "runs").where(F.col("run_id") == run_id)
-            out[name] = sorted((r["job"], r["status"], sorted(r["counts"].items())) for r in rows.collect())
+            # the report page names its run and dataset: its size in bytes is the one run-specific count
+            out[name] = sorted((r["job"], r["status"], sorted(kv for kv in r["counts"].items()
+                                                              if (r["job"], kv[0]) != ("report", "bytes")))
+                               for r in rows.collect())
         elif name in ("serps", "relevance_labels"):
             out[name] = P.table_rows(spark, warehouse, name, where=f"dataset = '{dataset}'", rename=rename,
                                      digits=digits)
