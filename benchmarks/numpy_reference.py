@@ -40,51 +40,40 @@ def prev_click_rank(clicks: np.ndarray) -> np.ndarray:
     return out
 
 
-def fit_pbm(pair: np.ndarray, clicks: np.ndarray, n_pairs: int, iterations: int):
+def _examination_em(pair: np.ndarray, clicks: np.ndarray, cell: np.ndarray, n_pairs: int, n_cells: int,
+                    iterations: int):
+    """EM of C = E * A with P(A) = alpha[pair] and P(E) = gamma[cell] per impression (PBM, UBM)."""
     mask = pair >= 0
-    flat = pair[mask]
-    c = clicks[mask].astype(bool)
-    rank = np.broadcast_to(np.arange(pair.shape[1])[None, :], pair.shape)[mask]
-    M = pair.shape[1]
-    alpha = np.full(n_pairs, INIT_VALUE)
-    gamma = np.full(M, INIT_VALUE)
+    flat, c, cell = pair[mask], clicks[mask].astype(bool), cell[mask]
+    alpha, gamma = np.full(n_pairs, INIT_VALUE), np.full(n_cells, INIT_VALUE)
     alpha_den = np.bincount(flat, minlength=n_pairs).astype(float)
-    gamma_den = np.bincount(rank, minlength=M).astype(float)
+    gamma_den = np.bincount(cell, minlength=n_cells).astype(float)
     times = []
     for _ in range(iterations):
         t = time.perf_counter()
-        a, g = alpha[flat], gamma[rank]
-        skip = 1.0 - a * g
+        a, g = alpha[flat], gamma[cell]
+        skip = 1.0 - a * g     # a skip is "not examined" or "examined, not attracted"
         p_attr = np.where(c, 1.0, a * (1.0 - g) / skip)
         p_exam = np.where(c, 1.0, g * (1.0 - a) / skip)
         alpha = _ratio(np.bincount(flat, weights=p_attr, minlength=n_pairs), alpha_den, alpha)
-        gamma = _ratio(np.bincount(rank, weights=p_exam, minlength=M), gamma_den, gamma)
+        gamma = _ratio(np.bincount(cell, weights=p_exam, minlength=n_cells), gamma_den, gamma)
         times.append(time.perf_counter() - t)
+    return gamma, times
+
+
+def fit_pbm(pair: np.ndarray, clicks: np.ndarray, n_pairs: int, iterations: int):
+    """PBM: examination gamma[r] per rank."""
+    M = pair.shape[1]
+    rank = np.broadcast_to(np.arange(M)[None, :], pair.shape)
+    gamma, times = _examination_em(pair, clicks, rank, n_pairs, M, iterations)
     return {"gamma": gamma}, times
 
 
 def fit_ubm(pair: np.ndarray, clicks: np.ndarray, n_pairs: int, iterations: int):
     """UBM: gamma[r, k], k = rank of the previous click (0 = none), as `clickeval_spark.models.ubm`."""
-    B, M = pair.shape
-    mask = pair >= 0
-    flat = pair[mask]
-    c = clicks[mask].astype(bool)
-    rank = np.broadcast_to(np.arange(M)[None, :], pair.shape)[mask]
-    cell = rank * (M + 1) + prev_click_rank(clicks)[mask]     # flat index into gamma (M, M+1)
-    alpha = np.full(n_pairs, INIT_VALUE)
-    gamma = np.full(M * (M + 1), INIT_VALUE)
-    alpha_den = np.bincount(flat, minlength=n_pairs).astype(float)
-    gamma_den = np.bincount(cell, minlength=M * (M + 1)).astype(float)
-    times = []
-    for _ in range(iterations):
-        t = time.perf_counter()
-        a, g = alpha[flat], gamma[cell]
-        skip = 1.0 - a * g
-        p_attr = np.where(c, 1.0, a * (1.0 - g) / skip)
-        p_exam = np.where(c, 1.0, g * (1.0 - a) / skip)
-        alpha = _ratio(np.bincount(flat, weights=p_attr, minlength=n_pairs), alpha_den, alpha)
-        gamma = _ratio(np.bincount(cell, weights=p_exam, minlength=M * (M + 1)), gamma_den, gamma)
-        times.append(time.perf_counter() - t)
+    M = pair.shape[1]
+    cell = np.arange(M)[None, :] * (M + 1) + prev_click_rank(clicks)     # flat index into gamma (M, M+1)
+    gamma, times = _examination_em(pair, clicks, cell, n_pairs, M * (M + 1), iterations)
     return {"gamma": gamma.reshape(M, M + 1)}, times
 
 
