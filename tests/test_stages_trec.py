@@ -7,6 +7,7 @@ from pyspark.sql import functions as F
 
 from clickeval_spark.config import (AppConfig, EvaluateConfig, ExternalModelConfig, FitConfig, IngestConfig,
                                     MODEL_NAMES, PredictConfig)
+from clickeval_spark.errors import ClickevalError
 from clickeval_spark.models import get_model
 from clickeval_spark.models.params_io import from_param_rows
 from clickeval_spark.models.sampling import sample_serps
@@ -132,3 +133,8 @@ def test_evaluate_built_in_and_external_models(spark, trec, tmp_path):
                                         evaluate=EvaluateConfig(replicates=5, external=(broken,))),
                        warehouse, "trec-run")
     assert read_table(spark, warehouse, "click_predictions").where("model = 'holes'").count() == 0
+    # a configured model that was never predicted in this run fails the stage naming it
+    with pytest.raises(ClickevalError, match=r"run trec-never-predicted: no click_predictions for \[.*'pbm'"):
+        evaluate_stage(spark, AppConfig(ingest=cfg.ingest, fit=cfg.fit, predict=cfg.predict,
+                                        evaluate=EvaluateConfig(replicates=5)),
+                       warehouse, "trec-never-predicted")

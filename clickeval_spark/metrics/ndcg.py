@@ -48,15 +48,24 @@ def graded_docs(serps: DataFrame, labels: DataFrame, max_rank: int, gain: str) -
       split of their session;
     - pooled (no serp_id, no session): every SERP of the query.
     """
-    shown = serps.select(
-        "dataset", "split", "session_id", "serp_id", "query_id",
-        F.posexplode("doc_ids").alias("pos", "doc_id"),
-    ).where(F.col("pos") < max_rank).select(
-        "dataset", "split", "session_id", "serp_id", "query_id", "doc_id", (F.col("pos") + 1).alias("rank"))
     tied_rows = labels.where(F.col("serp_id").isNotNull())
     tied = tied_rows.groupBy("dataset", "serp_id", "doc_id").agg(F.max("relevance").alias("tied_grade"))
     pooled = (labels.where(F.col("serp_id").isNull() & F.col("session_id").isNull())
               .groupBy("dataset", "query_id", "doc_id").agg(F.max("relevance").alias("pooled_grade")))
+    # only SERPs a label can reach are exploded: a SERP with a tied label, or of a query with
+    # pooled labels (in TianGong-ST ~1% of the log; exploding every SERP first cost 10x the rows)
+    tied_serps = tied.select("dataset", "serp_id", F.lit(True).alias("_tied")).distinct()
+    pooled_queries = pooled.select("dataset", "query_id", F.lit(True).alias("_pooled")).distinct()
+    candidates = (
+        serps.join(tied_serps, on=["dataset", "serp_id"], how="left")
+        .join(pooled_queries, on=["dataset", "query_id"], how="left")
+        .where(F.col("_tied") | F.col("_pooled"))
+    )
+    shown = candidates.select(
+        "dataset", "split", "session_id", "serp_id", "query_id",
+        F.posexplode("doc_ids").alias("pos", "doc_id"),
+    ).where(F.col("pos") < max_rank).select(
+        "dataset", "split", "session_id", "serp_id", "query_id", "doc_id", (F.col("pos") + 1).alias("rank"))
     per_serp = Window.partitionBy("dataset", "serp_id")
     on_log = (
         shown.join(tied, on=["dataset", "serp_id", "doc_id"], how="left")
