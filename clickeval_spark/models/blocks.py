@@ -5,7 +5,7 @@ depends only on the SERPs of its own query. So the log is packed once into
 ``n_blocks`` blocks (a query's SERPs all go to block xxhash64(query_id) mod
 n_blocks), each block one row of numpy arrays in binary columns:
 
-    block int, n_serps long,
+    block int,
     data  binary  header (B, M, n_pairs) + clicks int8 (B, M) + pair int32 (B, M)
                   (pair = the block-local index of the rank's (query, doc), -1 = no rank)
     keys  binary  Arrow IPC stream: query_id, doc_id, n_obs of each block-local pair
@@ -53,7 +53,6 @@ SLICE_ROWS = 16384
 
 BLOCK_SCHEMA = T.StructType([
     T.StructField("block", T.IntegerType(), False),
-    T.StructField("n_serps", T.LongType(), False),
     T.StructField("data", T.BinaryType(), False),
     T.StructField("keys", T.BinaryType(), False),
     T.StructField("state", T.BinaryType(), True),
@@ -168,7 +167,7 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None) -> 
 
     def pack(key, pdf: pd.DataFrame) -> pd.DataFrame:
         data, keys = pack_block(pdf, M)
-        return pd.DataFrame({"block": [int(key[0])], "n_serps": [len(pdf)], "data": [data],
+        return pd.DataFrame({"block": [int(key[0])], "data": [data],
                              "keys": [keys], "state": [None], "stats": [None]})
 
     block_of = F.pmod(F.xxhash64(F.lit("clickeval-block"), F.col("query_id")), F.lit(n_blocks)).cast("int")
@@ -268,7 +267,7 @@ def _iteration_fn(model: ClickModel, g: Mapping[str, np.ndarray], estep: bool):
                 states.append(np.ascontiguousarray(new_state).tobytes())
                 stats.append(vec.tobytes())
             yield pa.RecordBatch.from_arrays(
-                [batch.column("block"), batch.column("n_serps"), data_col, batch.column("keys"),
+                [batch.column("block"), data_col, batch.column("keys"),
                  pa.array(states, pa.binary()), pa.array(stats, pa.binary())],
                 names=[f.name for f in BLOCK_SCHEMA.fields])
 
@@ -277,15 +276,18 @@ def _iteration_fn(model: ClickModel, g: Mapping[str, np.ndarray], estep: bool):
 
 def run_iteration(blocks: DataFrame, model: ClickModel, g: Mapping[str, np.ndarray], M: int,
                   estep: bool = True) -> tuple[DataFrame, dict[str, np.ndarray]]:
-    """One pass over the blocks; returns (materialised new blocks, summed stats by section).
+    """One pass over the blocks; returns (new blocks, summed stats by section).
 
-    The per-block vectors are added in block order, so the sums do not depend on
-    which task finished first.
+    With ``estep`` the new blocks are materialised (cached) for the next pass; an
+    LL-only pass keeps nothing. The per-block vectors are added in block order, so
+    the sums do not depend on which task finished first.
     """
     # cache + collect: the collect of the stats is the one job that also fills the cache
     # with the new blocks (a checkpoint would be a second job per pass). The caller
     # unpersists the previous pass's blocks once this one is in place.
-    out = blocks.mapInArrow(_iteration_fn(model, g, estep), BLOCK_SCHEMA).cache()
+    out = blocks.mapInArrow(_iteration_fn(model, g, estep), BLOCK_SCHEMA)
+    if estep:
+        out = out.cache()
     rows = sorted(out.select("block", "stats").collect(), key=lambda r: r["block"])
     total = np.zeros(sum(size for _, size in stats_layout(model, M)))
     for r in rows:

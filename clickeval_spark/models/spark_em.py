@@ -337,8 +337,7 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
                 log.info("%s converged: |dLL| < %g per SERP", model.name, tol)
                 break
         t0 = time.perf_counter()
-        scored, sums = run_iteration(blocks, model, g, M, estep=False)
-        scored.unpersist()
+        _, sums = run_iteration(blocks, model, g, M, estep=False)
         log.info("%s final LL pass: %.2f s", model.name, time.perf_counter() - t0)
         record(done, float(sums["ll"][0]) / packed.n_serps, pending_secs)
         if model.qd_params:
