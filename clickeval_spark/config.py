@@ -129,6 +129,9 @@ class IngestConfig:
     label_query_prefix: str = ""
     label_doc_prefix: str = ""
     max_rank: int = 10
+    # an ingest whose quarantined share of the records of serps (or of labels) exceeds this fails
+    # before any write: a mostly broken input never replaces a dataset's good rows
+    max_quarantine_share: float = 0.5
     split: SplitConfig = field(default_factory=SplitConfig)
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
@@ -146,6 +149,8 @@ class IngestConfig:
             raise ConfigError(f"ingest.paths: required for format {self.format!r}")
         if self.max_rank < 1:
             raise ConfigError("ingest.max_rank: must be >= 1")
+        if not 0 <= self.max_quarantine_share <= 1:
+            raise ConfigError("ingest.max_quarantine_share: must be in [0, 1]")
 
 
 @dataclass(frozen=True)

@@ -181,6 +181,40 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
                         counts=counts)
 
 
+def quarantine_check(out: IngestOutput, cfg: IngestConfig) -> tuple[dict[str, int], str | None]:
+    """Counts per target before any write, and why the ingest must stop (None: it may write).
+
+    An input whose records of serps (or of labels) are all quarantined, or more than
+    `ingest.max_quarantine_share` of them, must not replace a dataset's slice: a binary or
+    mostly broken file would otherwise leave the dataset empty or gutted with exit 0. One Spark
+    aggregate (rows per target and rule) reaches the driver. The quarantine frame is kept so the
+    write that follows does not recompute it.
+    """
+    with reading_inputs():
+        per_rule = (out.quarantine.persist(StorageLevel.MEMORY_AND_DISK)
+                    .groupBy("target", "rule").agg(F.count(F.lit(1)).alias("n")).collect())
+    targets = [("serps", "serps", out.counts["serps_read"], list(cfg.paths.values()) or ["synthetic log"])]
+    if "labels_read" in out.counts:
+        targets.append(("relevance_labels", "labels", out.counts["labels_read"], [cfg.labels]))
+    counts, refusals = {}, []
+    for target, key, read, files in targets:
+        rules = sorted(((r["n"], r["rule"]) for r in per_rule if r["target"] == target), key=lambda x: (-x[0], x[1]))
+        quarantined = sum(n for n, _ in rules)
+        accepted = read - quarantined
+        counts[f"{key}_quarantined"] = quarantined
+        share = quarantined / read if read else 1.0
+        if accepted > 0 and share <= cfg.max_quarantine_share:
+            continue
+        why = ("no record accepted" if accepted <= 0 else
+               f"{share:.1%} quarantined > ingest.max_quarantine_share {cfg.max_quarantine_share:g}")
+        top = ", ".join(f"{rule} {n}" for n, rule in rules[:3]) or "none"
+        refusals.append(f"{', '.join(shown(f) for f in files)}: {target} read {read}, accepted {accepted}, "
+                        f"quarantined {quarantined} ({why}; most frequent rules: {top})")
+    if not refusals:
+        return counts, None
+    return counts, "ingest refused, nothing written: " + "; ".join(refusals)
+
+
 def write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, dataset: str, run_id: str) -> dict[str, int]:
     """Write the three tables, then reconcile read = accepted + quarantined from what was written."""
     with reading_inputs():

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from clickeval_spark import ingest, tables
 from clickeval_spark.config import AppConfig, config_as_dict, resolve_location
-from clickeval_spark.errors import ClickevalError
+from clickeval_spark.errors import ClickevalError, InputError
 from clickeval_spark.generation import generate
 from clickeval_spark.metrics import external, ndcg
 from clickeval_spark.metrics.click_prediction import clipped, log_lik
@@ -46,7 +46,14 @@ def ingest_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: st
         else:
             parsed_serps, labels = ingest.parse_serps(spark, icfg), ingest.parse_labels(spark, icfg)
         out = ingest.run_ingest(spark, icfg, parsed_serps, labels, run_id)
-        run.counts.update(ingest.write_ingest(spark, out, warehouse, icfg.dataset, run_id))
+        try:
+            counts, refused = ingest.quarantine_check(out, icfg)
+            run.counts.update(out.counts, **counts)
+            if refused:
+                raise InputError(refused)
+            run.counts.update(ingest.write_ingest(spark, out, warehouse, icfg.dataset, run_id))
+        finally:
+            out.quarantine.unpersist()
     print(f"ingest {icfg.dataset} run_id={run_id}: " + ", ".join(f"{k}={v}" for k, v in sorted(run.counts.items())))
     return run.counts
 
