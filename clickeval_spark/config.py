@@ -2,6 +2,12 @@
 
 Validation happens once, at start-up: an unknown key or a bad value raises
 ConfigError naming the key path and what is allowed, before any Spark work.
+
+Locations (spark.warehouse, ingest.paths, ingest.labels, evaluate.external[].predictions and
+.relevance_scores, generate.external[].path, report.path) are folders, files or URIs. A relative
+one is relative to the current working directory of the process that reads the config (the
+driver), never to where the package is installed: `resolve_locations` makes them absolute once,
+at start-up. URIs (s3a://, abfss://, file:/) and absolute paths are kept as they are.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import yaml
 
 from clickeval_spark.errors import ConfigError
 
+# the checkout, for scripts that live in it (benchmarks/); config locations never resolve against it
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 # dataset, model and environment names: they go into Delta predicates (replaceWhere), partition folders
@@ -30,10 +37,15 @@ SOURCE_FORMATS = ("synthetic", "tiangong_xml", "per_query_text", "yandex", "parq
 
 
 def resolve_location(location: str) -> str:
-    """A relative folder is relative to the checkout; URIs (s3a://, abfss://, file:/) and absolute paths pass."""
-    if "://" in location or location.startswith("file:") or os.path.isabs(location):
+    """A relative path is relative to the current working directory (not to the package, which may
+    sit inside a zip or a packed venv); URIs (s3a://, abfss://, file:/) and absolute paths pass."""
+    if is_uri(location) or os.path.isabs(location):
         return location
-    return str(PROJECT_ROOT / location)
+    return os.path.abspath(location)
+
+
+def is_uri(location: str) -> bool:
+    return "://" in location or location.startswith("file:")
 
 
 def validate_run_id(run_id: str) -> str:
@@ -60,7 +72,7 @@ class SparkConfig:
     # embedded: one machine, Delta jars fetched by Ivy; cluster: spark-submit supplies master and jars
     mode: Literal["embedded", "cluster"] = "embedded"
     master: str | None = "local[*]"
-    # warehouse root for every Delta table: a folder (relative to the checkout) or a URI (s3a://...)
+    # warehouse root for every Delta table: a folder (relative to the working directory) or a URI (s3a://...)
     warehouse: str = "warehouse"
     conf: dict[str, str] = field(default_factory=dict)
 
@@ -284,7 +296,7 @@ class SurrogateConfig:
 
 @dataclass(frozen=True)
 class ReportConfig:
-    # folder (relative to the checkout) or URI; the page is <path>/<run_id>.html
+    # folder (relative to the working directory) or URI; the page is <path>/<run_id>.html
     path: str = "reports"
 
 
@@ -415,6 +427,42 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
                 raise ConfigError(f"{'.'.join(parents[:i + 1])}: is {node!r}, not a section; cannot set {dotted}")
         node[leaf] = value
     return _build(AppConfig, data, "")
+
+
+def resolve_locations(cfg: AppConfig) -> AppConfig:
+    """`cfg` with every location key made absolute against the working directory (see the module doc)."""
+    ingest = cfg.ingest
+    return dataclasses.replace(
+        cfg,
+        spark=dataclasses.replace(cfg.spark, warehouse=resolve_location(cfg.spark.warehouse)),
+        ingest=dataclasses.replace(
+            ingest, paths={k: resolve_location(v) for k, v in ingest.paths.items()},
+            labels=None if ingest.labels is None else resolve_location(ingest.labels)),
+        evaluate=dataclasses.replace(cfg.evaluate, external=tuple(
+            dataclasses.replace(e, predictions=resolve_location(e.predictions),
+                                relevance_scores=e.relevance_scores and resolve_location(e.relevance_scores))
+            for e in cfg.evaluate.external)),
+        generate=dataclasses.replace(cfg.generate, external=tuple(
+            dataclasses.replace(e, path=resolve_location(e.path)) for e in cfg.generate.external)),
+        report=dataclasses.replace(cfg.report, path=resolve_location(cfg.report.path)),
+    )
+
+
+def input_locations(cfg: AppConfig, stages: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(key, location) of every input file the given stages read (outputs not included)."""
+    found = []
+    if "ingest" in stages and cfg.ingest.format != "synthetic":
+        found += [(f"ingest.paths.{k}", v) for k, v in cfg.ingest.paths.items()]
+        if cfg.ingest.labels is not None:
+            found.append(("ingest.labels", cfg.ingest.labels))
+    if "evaluate" in stages:
+        for e in cfg.evaluate.external:
+            found.append((f"evaluate.external[{e.name}].predictions", e.predictions))
+            if e.relevance_scores is not None:
+                found.append((f"evaluate.external[{e.name}].relevance_scores", e.relevance_scores))
+    if "generate" in stages:
+        found += [(f"generate.external[{e.name}].path", e.path) for e in cfg.generate.external]
+    return found
 
 
 def config_as_dict(cfg: AppConfig) -> dict[str, Any]:

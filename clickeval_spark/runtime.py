@@ -7,21 +7,27 @@ and hands the session and the frozen config to library code.
 from __future__ import annotations
 
 import argparse
+import glob
 import logging
 import os
 import sys
 from datetime import datetime, timezone
 from typing import Callable, Sequence
+from urllib.parse import unquote, urlsplit
 
 import yaml
 from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 
-from clickeval_spark.config import PROJECT_ROOT, AppConfig, load_config, resolve_location, validate_run_id
-from clickeval_spark.errors import ClickevalError, ConfigError
+from clickeval_spark.config import (AppConfig, input_locations, is_uri, load_config, resolve_location,
+                                    resolve_locations, validate_run_id)
+from clickeval_spark.errors import ClickevalError, ConfigError, InputError
 from clickeval_spark.session import build_session
 
-DEFAULT_CONF = PROJECT_ROOT / "conf" / "local.yaml"
+# relative to the working directory, like every location in the config
+DEFAULT_CONF = os.path.join("conf", "local.yaml")
+# the pipeline stages each job runs, for the input files to check before the session starts
+JOB_STAGES = {"pipeline": ("ingest", "evaluate", "generate")}
 
 
 def parse_args(job: str, argv: Sequence[str] | None,
@@ -29,7 +35,8 @@ def parse_args(job: str, argv: Sequence[str] | None,
     parser = argparse.ArgumentParser(prog=f"clickeval {job}", description=f"clickeval-spark {job} job")
     if add_arguments:
         add_arguments(parser)
-    parser.add_argument("--conf", default=str(DEFAULT_CONF), help="conf/<env>.yaml (default: conf/local.yaml)")
+    parser.add_argument("--conf", default=DEFAULT_CONF,
+                        help="conf/<env>.yaml (default: conf/local.yaml in the working directory)")
     parser.add_argument("--run-id", help="run id (default: from config, else '<env>-<UTC timestamp>')")
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
@@ -48,9 +55,33 @@ def load(args: argparse.Namespace) -> tuple[AppConfig, str]:
             overrides[key] = yaml.safe_load(value)
         except yaml.YAMLError as exc:
             raise ConfigError(f"--set {key}: not a YAML value ({str(exc).splitlines()[0]})") from None
-    cfg = load_config(args.conf, overrides)
+    cfg = resolve_locations(load_config(args.conf, overrides))
     run_id = args.run_id or cfg.run_id or f"{cfg.env}-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
     return cfg, validate_run_id(run_id)
+
+
+def check_local_inputs(cfg: AppConfig, job: str) -> None:
+    """Every local input file the job reads exists: checked before the Spark session starts (which takes
+    half a minute and prints Ivy's chatter). Local means a file: URI, or a plain path in embedded mode
+    (on a cluster a plain path belongs to the cluster's default file system). Other URIs (s3a://,
+    hdfs://) are left to Spark; so are Hadoop brace globs ({a,b}), which Python's glob does not know."""
+    plain_is_local = cfg.spark.mode == "embedded" and "spark.hadoop.fs.defaultFS" not in cfg.spark.conf
+    for key, location in input_locations(cfg, JOB_STAGES.get(job, (job,))):
+        if not location.startswith("file:") and (is_uri(location) or not plain_is_local):
+            continue
+        path = _local_path(location)
+        if "{" in path:
+            continue
+        found = glob.glob(path) if glob.has_magic(path) else os.path.exists(path)
+        if not found:
+            raise InputError(f"{key}: {path}: no such file or folder")
+
+
+def _local_path(location: str) -> str:
+    """file:/x, file:///x and plain paths as a local path."""
+    if not location.startswith("file:"):
+        return location
+    return unquote(urlsplit(location).path)
 
 
 def warehouse_root(cfg: AppConfig) -> str:
@@ -87,6 +118,7 @@ def run_job(job: str, argv: Sequence[str] | None, body: Callable[..., object],
     try:
         args = parse_args(job, argv, add_arguments)
         cfg, run_id = load(args)
+        check_local_inputs(cfg, job)
         spark = session_for(cfg, job)
         extra = (args,) if add_arguments else ()
         body(spark, cfg, warehouse_root(cfg), run_id, *extra)

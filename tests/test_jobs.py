@@ -22,7 +22,7 @@ def test_missing_input_file_fails_with_one_line(spark, tmp_path, capsys, conf):
     ])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
-    assert err == [f"clickeval ingest: error: {missing}: cannot be read (no such file)"]
+    assert err == [f"clickeval ingest: error: ingest.paths.train: {missing}: no such file or folder"]
 
 
 def test_bad_config_fails_before_spark_work(tmp_path, capsys):

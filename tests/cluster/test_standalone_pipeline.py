@@ -4,8 +4,9 @@ Every stage in clickeval_spark.cli.PIPELINE_STAGES is its own spark-submit (its 
 application) against a master and two one-core workers on loopback. Code and dependencies come
 from the packed venv (--archives) and the zip (--py-files), Delta's jars from --packages; the
 driver runs in a scratch directory on the archive unpacked for it, not on this checkout or its
-venv; stages hand over only through the Delta tables under a file:// warehouse. The checks read
-those tables with the test session's local Spark, and the workers' work dirs for the executors.
+venv; stages hand over only through the Delta tables of a warehouse in the driver's working
+directory (the config's relative `warehouse`, where its `reports` go too). The checks read those
+tables with the test session's local Spark, and the workers' work dirs for the executors.
 """
 
 from __future__ import annotations
@@ -47,12 +48,14 @@ def test_artefacts_hold_the_checkout(artefacts):
 def test_pipeline_stages_on_standalone_cluster(artefacts, standalone_cluster, tmp_path, request):
     conf = artefacts / "conf" / "standalone-test.yaml"
     cfg = load_config(conf)
-    warehouse = (tmp_path / "warehouse").as_uri()  # file:///...: the same path for driver and executors
-    reports = tmp_path / "reports"
     driver_cwd = tmp_path / "driver-cwd"
     driver_cwd.mkdir()
-    job_args = ["--conf", str(conf), "--run-id", RUN_ID,
-                "--set", f"spark.warehouse={warehouse}", "--set", f"report.path={reports.as_uri()}"]
+    # the config's relative locations, as the driver resolves them: against its working directory,
+    # not the unpacked archive its code runs from
+    assert (cfg.spark.warehouse, cfg.report.path) == ("warehouse", "reports")
+    warehouse = str(driver_cwd / "warehouse")
+    reports = driver_cwd / "reports"
+    job_args = ["--conf", str(conf), "--run-id", RUN_ID]
 
     for stage in PIPELINE_STAGES:
         done = standalone_cluster.submit(artefacts, stage, job_args, cwd=driver_cwd)
