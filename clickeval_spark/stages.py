@@ -102,6 +102,22 @@ def log_likelihood_by_split(predictions: DataFrame, eps: float = 1e-6) -> dict[s
     return {r["split"]: r["ll"] for r in predictions.groupBy("split").agg(F.avg(ll).alias("ll")).collect()}
 
 
+def fitted_model(params: DataFrame, name: str, run_id: str, max_rank: int):
+    """Model `name` of run `run_id` from model_params. A run or model never fitted, or a model name the
+    code does not know, is a user error: one line saying what to run, not a traceback."""
+    try:
+        model = get_model(name)
+    except ValueError as exc:
+        raise ClickevalError(f"model_params: {exc}") from None
+    try:
+        return from_param_rows(params, model, run_id, max_rank)
+    except ValueError as exc:
+        if params.where((F.col("run_id") == run_id) & (F.col("model") == name)).limit(1).count() == 0:
+            raise ClickevalError(f"run {run_id}: no model_params for model {name}; "
+                                 f"run `clickeval fit --run-id {run_id}` first") from None
+        raise ClickevalError(f"run {run_id}: {exc}; rerun `clickeval fit --run-id {run_id}`") from None
+
+
 @stage("predict")
 def predict_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) -> dict[str, dict[str, float]]:
     """Predict clicks on the configured splits and score (query, doc) pairs, for every fitted model."""
@@ -113,7 +129,7 @@ def predict_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: s
         model = get_model(name)
         with recorded_run(spark, warehouse, run_id, f"predict:{name}", cfg.ingest.dataset,
                           config_as_dict(cfg)) as run:
-            fitted = from_param_rows(params, model, run_id, cfg.fit.max_rank)
+            fitted = fitted_model(params, name, run_id, cfg.fit.max_rank)
             preds = predict_clicks(serps, fitted).select(
                 F.lit(run_id).alias("run_id"), F.lit(name).alias("model"), "*")
             tables.replace_slice(preds, warehouse, "click_predictions", {"run_id": run_id, "model": name}, run_id)
@@ -230,7 +246,7 @@ def generate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: 
     for name in cfg.generator_models:
         t0 = time.perf_counter()
         with recorded_run(spark, warehouse, run_id, f"generate:{name}", dataset, config_as_dict(cfg)) as run:
-            fitted = from_param_rows(params, get_model(name), run_id, cfg.fit.max_rank)
+            fitted = fitted_model(params, name, run_id, cfg.fit.max_rank)
             parts = [generate(serps, fitted, name, samples=gcfg.samples, click_mode=mode,
                               list_orders=gcfg.list_orders, seed=gcfg.seed)
                      for mode in gcfg.click_modes]

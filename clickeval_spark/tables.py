@@ -18,11 +18,13 @@ from delta.exceptions.captured import (ConcurrentAppendException, ConcurrentDele
                                        ConcurrentWriteException, DeltaConcurrentModificationException,
                                        MetadataChangedException, ProtocolChangedException)
 from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.config import validate_run_id
+from clickeval_spark.errors import ClickevalError
 
 SERPS = T.StructType([
     T.StructField("dataset", T.StringType(), False),
@@ -291,8 +293,23 @@ def rows_written(spark: SparkSession, warehouse: str, name: str, keys: dict[str,
     return int(last["operationMetrics"].get("numOutputRows", 0)) if last else 0
 
 
+# the stage whose run first writes each table, for the error a read before that run gets
+WRITTEN_BY = {"serps": "ingest", "relevance_labels": "ingest", "quarantine": "ingest", "runs": "ingest",
+              "model_params": "fit", "click_predictions": "predict", "relevance_scores": "predict",
+              "metrics": "evaluate", "synthetic_serps": "generate", "distributional_metrics": "surrogate"}
+
+
 def read_table(spark: SparkSession, warehouse: str, name: str) -> DataFrame:
-    return spark.read.format("delta").load(table_path(warehouse, name))
+    """The table as a DataFrame; a table no run has written yet is a user error (a stage run before the
+    one that writes its input), reported in one line rather than Delta's stack trace."""
+    path = table_path(warehouse, name)
+    try:
+        return spark.read.format("delta").load(path)
+    except AnalysisException:
+        if DeltaTable.isDeltaTable(spark, path):
+            raise
+        raise ClickevalError(f"table {name} does not exist yet under {warehouse}: "
+                             f"run `clickeval {WRITTEN_BY.get(name, 'ingest')}` first") from None
 
 
 def register_tables(spark: SparkSession, warehouse: str) -> list[str]:

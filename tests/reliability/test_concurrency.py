@@ -71,7 +71,7 @@ def test_other_errors_are_not_retried(spark, tmp_path):
         tables.with_conflict_retries(write, "metrics [x]", attempts=5, sleep=lambda s: None)
     assert len(calls) == 1
     with pytest.raises(AnalysisException):  # a real Spark error that is not a conflict: no retry either
-        tables.with_conflict_retries(lambda: tables.read_table(spark, str(tmp_path), "metrics").count(), "x",
+        tables.with_conflict_retries(lambda: spark.read.format("delta").load(str(tmp_path / "metrics")).count(), "x",
                                      attempts=5, sleep=lambda s: pytest.fail("retried"))
 
 

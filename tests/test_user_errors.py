@@ -1,0 +1,59 @@
+"""Issue 15: errors a user can cause through a stage (a stage run before the one that writes its input, a
+run id never fitted, an unknown model name) come out as one ClickevalError line and exit 2, not a traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from clickeval_spark import tables
+from clickeval_spark.errors import ClickevalError
+from clickeval_spark.stages import fitted_model
+from jobs import generate as generate_job
+from jobs import ingest as ingest_job
+from jobs import predict as predict_job
+
+
+def _one_line(capsys) -> list[str]:
+    return capsys.readouterr().err.strip().splitlines()
+
+
+def test_stages_before_their_inputs_exist(spark, tmp_path, warehouse, capsys):
+    conf = tmp_path / "c.yaml"
+    log = tmp_path / "test.txt"
+    log.write_text("s1\tq1\t[1, 2]\t[0, 0]\t[0, 1]\ns2\tq1\t[2, 1]\t[0, 0]\t[1, 0]\n")
+    conf.write_text(json.dumps({"spark": {"warehouse": warehouse, "conf": {}}, "fit": {"models": ["pbm"]},
+                                "ingest": {"dataset": "early", "format": "per_query_text", "paths": {"test": str(log)}},
+                                "generate": {"samples": 1}}))
+    argv = ["--conf", str(conf), "--run-id", "never-fitted"]
+
+    assert predict_job.main(argv) == 2  # nothing ingested yet
+    assert _one_line(capsys) == [f"clickeval predict: error: table serps does not exist yet under {warehouse}: "
+                                 "run `clickeval ingest` first"]
+
+    assert ingest_job.main(argv) == 0
+    capsys.readouterr()
+    assert predict_job.main(argv) == 2  # ingested, nothing fitted
+    assert _one_line(capsys) == [f"clickeval predict: error: table model_params does not exist yet under {warehouse}: "
+                                 "run `clickeval fit` first"]
+
+    # model_params exist, but for another run, and that run's PBM lacks its per-rank gamma
+    partial = [{"run_id": "fitted", "model": "pbm", "param": "prior_alpha", "value": 0.5}]
+    tables.replace_slice(spark.createDataFrame(partial, tables.MODEL_PARAMS), warehouse, "model_params",
+                         {"run_id": "fitted"}, "fitted")
+    for job, name in ((predict_job, "predict"), (generate_job, "generate")):
+        assert job.main(argv) == 2
+        assert _one_line(capsys) == [f"clickeval {name}: error: run never-fitted: no model_params for model pbm; "
+                                     "run `clickeval fit --run-id never-fitted` first"]
+    assert predict_job.main(["--conf", str(conf), "--run-id", "fitted"]) == 2
+    [line] = _one_line(capsys)
+    # the rest of the line is params_io's own account of what is missing
+    assert line.startswith("clickeval predict: error: run fitted: ") and "gamma" in line
+    assert line.endswith("; rerun `clickeval fit --run-id fitted`")
+
+
+def test_unknown_model_name_is_a_clickeval_error(spark):
+    params = spark.createDataFrame([], tables.MODEL_PARAMS)
+    with pytest.raises(ClickevalError, match=r"^model_params: unknown click model 'ncm'; expected one of: gctr, "):
+        fitted_model(params, "ncm", "r1", 10)
