@@ -195,7 +195,7 @@ def quarantine_check(out: IngestOutput, cfg: IngestConfig) -> tuple[dict[str, in
                     .groupBy("target", "rule").agg(F.count(F.lit(1)).alias("n")).collect())
     targets = [("serps", "serps", out.counts["serps_read"], list(cfg.paths.values()) or ["synthetic log"])]
     if "labels_read" in out.counts:
-        targets.append(("relevance_labels", "labels", out.counts["labels_read"], [cfg.labels]))
+        targets.append(("relevance_labels", "labels", out.counts["labels_read"], [cfg.labels or "synthetic labels"]))
     counts, refusals = {}, []
     for target, key, read, files in targets:
         rules = sorted(((r["n"], r["rule"]) for r in per_rule if r["target"] == target), key=lambda x: (-x[0], x[1]))
