@@ -62,6 +62,9 @@ class SparkConfig:
     master: str | None = "local[*]"
     # warehouse root for every Delta table: a folder (relative to the checkout) or a URI (s3a://...)
     warehouse: str = "warehouse"
+    # reliable storage for EM's checkpoints (a folder or URI, like warehouse): with it a lost executor
+    # costs a recomputation, not the fit; null: local checkpoints, lost with their executor (one machine)
+    checkpoint_dir: str | None = None
     conf: dict[str, str] = field(default_factory=dict)
 
 
@@ -154,6 +157,8 @@ class FitConfig:
     iterations: int = 20
     tol: float | None = None
     max_rank: int = 10
+    # with spark.checkpoint_dir: EM's state is checkpointed every this many passes (ALS's checkpointInterval)
+    checkpoint_interval: int = 10
 
     def __post_init__(self) -> None:
         bad = [m for m in self.models if m not in MODEL_NAMES]
@@ -163,6 +168,8 @@ class FitConfig:
             raise ConfigError("fit.iterations: must be >= 1")
         if self.tol is not None and self.tol <= 0:
             raise ConfigError("fit.tol: must be > 0 or null")
+        if self.checkpoint_interval < 1:
+            raise ConfigError("fit.checkpoint_interval: must be >= 1")
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,8 @@ def fit_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) 
         for name in cfg.fit.models:
             with recorded_run(spark, warehouse, run_id, f"fit:{name}", cfg.ingest.dataset,
                               config_as_dict(cfg)) as run:
-                fitted = fit(packed, get_model(name), iterations=cfg.fit.iterations, tol=cfg.fit.tol, logger=log)
+                fitted = fit(packed, get_model(name), iterations=cfg.fit.iterations, tol=cfg.fit.tol, logger=log,
+                             checkpoint_interval=cfg.fit.checkpoint_interval)
                 tables.replace_slice(to_param_rows(fitted, run_id), warehouse, "model_params",
                                      {"run_id": run_id, "model": name}, run_id)
                 run.counts["iterations"] = max(0, len(fitted.history) - 1)

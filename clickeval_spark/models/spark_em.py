@@ -15,7 +15,7 @@ this module and `clickeval_spark.models.blocks` only move arrays in and sums out
    / global sums, the LL sum, the SERP count, the pooled qd sums) and passes the
    new global parameters to the next pass.
 3. At the end the qd parameters are unpacked into a DataFrame (`blocks.qd_table`,
-   local-checkpointed): per-query state never goes through the driver.
+   checkpointed: `blocks.checkpointed`): per-query state never goes through the driver.
 
 The per-(query, doc) join machinery below (`attach_qd`) is what predict and the
 sampler use to bring fitted parameters to SERPs they score.
@@ -58,7 +58,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from clickeval_spark.models.base import INIT_VALUE, ClickModel
-from clickeval_spark.models.blocks import (PackedLog, global_params, pack_log, pooled_prior,
+from clickeval_spark.models.blocks import (PackedLog, checkpointed, global_params, pack_log, pooled_prior,
                                            qd_table, run_iteration)
 
 _log = logging.getLogger(__name__)
@@ -288,7 +288,7 @@ def pack_serps(serps: DataFrame, max_rank: int = 10, block_serps: int | None = N
 
 
 def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20, tol: float | None = None,
-        max_rank: int = 10, logger: logging.Logger | None = None) -> FittedModel:
+        max_rank: int = 10, logger: logging.Logger | None = None, checkpoint_interval: int = 10) -> FittedModel:
     """Fit ``model`` on canonical ``serps`` rows (every row is training data) or an already packed log.
 
     Ranks beyond ``max_rank`` are ignored (a packed log keeps its own);
@@ -296,15 +296,22 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
     ``model.iterative`` False means one counting pass. See the module docstring
     for the LL reported in ``history``, the stopping rule and the prior of
     unseen pairs.
+
+    With a checkpoint directory on the SparkContext, every ``checkpoint_interval``-th
+    pass's blocks are checkpointed there (as ALS's ``checkpointInterval``): a lost
+    executor's cached blocks are recomputed from the last checkpoint, not from pass 1.
     """
     if iterations < 1:
         raise ValueError("iterations must be >= 1")
+    if checkpoint_interval < 1:
+        raise ValueError("checkpoint_interval must be >= 1")
     log = logger or _log
     packed = serps if isinstance(serps, PackedLog) else pack_serps(serps, max_rank)
     M = packed.max_rank
     if packed.n_serps == 0:
         raise ValueError("fit: no SERP with a query_id and a non-empty doc list")
     passes = iterations if model.iterative else 1
+    reliable = packed.blocks.sparkSession.sparkContext.getCheckpointDir() is not None
 
     blocks = packed.blocks
     g = {k: np.asarray(v, dtype=np.float64) for k, v in model.init_global(M).items()}
@@ -328,6 +335,10 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
             record(it - 1, float(sums["ll"][0]) / packed.n_serps, pending_secs)
             converged = (tol is not None and len(history) >= 2
                          and abs(history[-1][1] - history[-2][1]) < tol)
+            if reliable and it % checkpoint_interval == 0 and it < passes and not converged:
+                t0 = time.perf_counter()
+                new_blocks = checkpointed(new_blocks)
+                log.info("%s pass %d checkpointed: %.2f s", model.name, it, time.perf_counter() - t0)
             release(blocks)
             blocks = new_blocks
             g = global_params(model, M, sums, g)
@@ -341,7 +352,7 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
         log.info("%s final LL pass: %.2f s", model.name, time.perf_counter() - t0)
         record(done, float(sums["ll"][0]) / packed.n_serps, pending_secs)
         if model.qd_params:
-            qd = qd_table(blocks, model).localCheckpoint(eager=True)
+            qd = checkpointed(qd_table(blocks, model))
         else:
             qd = packed.blocks.sparkSession.createDataFrame([], "query_id string, doc_id string, n_obs double")
     finally:
