@@ -63,6 +63,9 @@ class SparkConfig:
     master: str | None = "local[*]"
     # warehouse root for every Delta table: a folder (relative to the checkout) or a URI (s3a://...)
     warehouse: str = "warehouse"
+    # reliable storage for EM's checkpoints (a folder or URI, like warehouse): with it a lost executor
+    # costs a recomputation, not the fit; null: local checkpoints, lost with their executor (one machine)
+    checkpoint_dir: str | None = None
     conf: dict[str, str] = field(default_factory=dict)
 
 
@@ -199,6 +202,8 @@ class FitConfig:
     prior: PriorConfig = field(default_factory=PriorConfig)
     # per model ("dbn") or per parameter family ("dbn.sigma"): {kind, k}
     model_priors: dict[str, PriorOverride] = field(default_factory=dict)
+    # with spark.checkpoint_dir: EM's state is checkpointed every this many passes (ALS's checkpointInterval)
+    checkpoint_interval: int = 10
 
     def __post_init__(self) -> None:
         bad = [m for m in self.models if m not in MODEL_NAMES]
@@ -230,6 +235,8 @@ class FitConfig:
             if name == model and family:
                 families[family] = (o.kind or kind, k if o.k is None else o.k)
         return kind, k, families
+        if self.checkpoint_interval < 1:
+            raise ConfigError("fit.checkpoint_interval: must be >= 1")
 
 
 @dataclass(frozen=True)

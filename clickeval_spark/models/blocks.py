@@ -173,6 +173,26 @@ def n_blocks_for(n_serps: int, block_serps: int | None = None) -> int:
     return max(MIN_BLOCKS, math.ceil(n_serps / (block_serps or BLOCK_SERPS)))
 
 
+def checkpointed(df: DataFrame, *, keep_cached: bool = False) -> DataFrame:
+    """``df`` computed once, its lineage cut where a lost executor's partitions are rebuilt from.
+
+    With a checkpoint directory on the SparkContext (``spark.checkpoint_dir``, reliable storage on a
+    cluster) the rows are written there: a lost executor's partitions are read back. Without one they
+    are local checkpoints, kept by the executors that computed them and lost with them (the embedded
+    default). ``keep_cached``: also serve the reliable copy from the executors' cache (read repeatedly).
+    ``df``'s own cache, if any, is released.
+    """
+    if df.sparkSession.sparkContext.getCheckpointDir() is None:
+        out = df.localCheckpoint(eager=True)
+        df.unpersist()
+        return out
+    if not df.is_cached:  # the checkpoint's count fills the cache, its write job reads it: df is computed once
+        df.cache()
+    out = df.checkpoint(eager=True)
+    df.unpersist()
+    return out.cache() if keep_cached else out
+
+
 def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None) -> PackedLog:
     """Pack SERPs (serp_id, query_id, doc_ids, clicks, optional held_out; lists already cut to ``max_rank``).
 
@@ -198,8 +218,8 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None) -> 
         .groupBy("block").applyInPandas(pack, BLOCK_SCHEMA)
         # one block per task in every iteration: range partitioning on the block number
         .repartitionByRange(n_blocks, "block")
-        .localCheckpoint(eager=True)
     )
+    blocks = checkpointed(blocks, keep_cached=True)
     return PackedLog(blocks=blocks, max_rank=M, n_serps=n_serps, n_blocks=n_blocks, n_held_out=n_held_out)
 
 

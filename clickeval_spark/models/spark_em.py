@@ -15,7 +15,7 @@ this module and `clickeval_spark.models.blocks` only move arrays in and sums out
    / global sums, the LL sum, the SERP count, the pooled qd sums) and passes the
    new global parameters to the next pass.
 3. At the end the qd parameters are unpacked into a DataFrame (`blocks.qd_table`,
-   local-checkpointed): per-query state never goes through the driver.
+   checkpointed: `blocks.checkpointed`): per-query state never goes through the driver.
 
 The per-(query, doc) join machinery below (`attach_qd`) is what predict and the
 sampler use to bring fitted parameters to SERPs they score.
@@ -66,12 +66,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from clickeval_spark.models.base import INIT_VALUE, ClickModel
-from clickeval_spark.models.blocks import PackedLog, PassPlan, global_params, pack_log, qd_table, run_iteration
+from clickeval_spark.models.blocks import (PackedLog, PassPlan, checkpointed, global_params, pack_log, qd_table,
+                                           run_iteration)
 from clickeval_spark.models.priors import DEFAULT_K, DEFAULT_K_GRID, ModelPrior, log_prior, model_prior, pooled_mean
 
 _log = logging.getLogger(__name__)
-#: EM passes between two cuts of the blocks' lineage (a local checkpoint of the cached pass)
-LINEAGE_PASSES = 25
 
 
 @dataclass
@@ -347,7 +346,7 @@ def _qd_update(cand: _Candidate, model: ClickModel, sums: dict[str, np.ndarray])
 
 def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20, tol: float | None = None,
         max_rank: int = 10, prior: ModelPrior | None = None, k_grid: Sequence[float] = DEFAULT_K_GRID,
-        logger: logging.Logger | None = None) -> FittedModel:
+        logger: logging.Logger | None = None, checkpoint_interval: int = 10) -> FittedModel:
     """Fit ``model`` on canonical ``serps`` rows (every row is training data) or an already packed log.
 
     Ranks beyond ``max_rank`` are ignored (a packed log keeps its own);
@@ -358,9 +357,17 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
     ``k_grid`` when the packed log holds held-out SERPs, all in the same passes,
     and the best valid LL wins (else `priors.DEFAULT_K`). See the module
     docstring for the history, the stopping rule and unseen pairs.
+
+    Every ``checkpoint_interval``-th pass's blocks are checkpointed (as ALS's
+    ``checkpointInterval``): with a checkpoint directory on the SparkContext to
+    reliable storage, so a lost executor's cached blocks are recomputed from the
+    last checkpoint, not from pass 1; without one locally, which at least cuts
+    the lineage that grows by one stage per pass.
     """
     if iterations < 1:
         raise ValueError("iterations must be >= 1")
+    if checkpoint_interval < 1:
+        raise ValueError("checkpoint_interval must be >= 1")
     log = logger or _log
     packed = serps if isinstance(serps, PackedLog) else pack_serps(serps, max_rank)
     M = packed.max_rank
@@ -397,12 +404,6 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
             t0 = time.perf_counter()
             plans = [PassPlan("step" if c.active else "hold", c.g, c.update) for c in cands]
             new_blocks, all_sums = run_iteration(blocks, model, plans, M)
-            if it % LINEAGE_PASSES == 0:
-                # each pass adds a mapInArrow to the cached blocks' lineage; past ~80 the task
-                # closure overflows the JVM stack when it is serialised: cut it (reads the cache)
-                cut = new_blocks.localCheckpoint(eager=True)
-                new_blocks.unpersist()
-                new_blocks = cut
             secs = time.perf_counter() - t0
             release(blocks)
             blocks = new_blocks
@@ -421,6 +422,11 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
                     c.active = False
             if not any(c.active for c in cands):
                 break
+            if it % checkpoint_interval == 0 and it < passes:
+                # past ~80 passes the growing lineage overflows the JVM stack when a task is serialised
+                t0 = time.perf_counter()
+                blocks = checkpointed(blocks)
+                log.info("%s pass %d checkpointed: %.2f s", model.name, it, time.perf_counter() - t0)
         t0 = time.perf_counter()
         plans = [PassPlan("score", c.g, c.update) for c in cands]
         final_blocks, all_sums = run_iteration(blocks, model, plans, M)
@@ -439,7 +445,7 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
             log.info("%s prior strength by valid LL per position: %s -> k=%g", model.name,
                      ", ".join(f"k={k:g}: {c.valid_ll:.6f}" for k, c in zip(grid, cands)), grid[best])
         if model.qd_params:
-            qd = qd_table(blocks, model, best).localCheckpoint(eager=True)
+            qd = checkpointed(qd_table(blocks, model, best))
         else:
             qd = packed.blocks.sparkSession.createDataFrame([], "query_id string, doc_id string, n_obs double")
     finally:
