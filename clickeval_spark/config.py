@@ -213,6 +213,8 @@ class FitConfig:
             raise ConfigError("fit.iterations: must be >= 1")
         if self.tol is not None and self.tol <= 0:
             raise ConfigError("fit.tol: must be > 0 or null")
+        if self.checkpoint_interval < 1:
+            raise ConfigError("fit.checkpoint_interval: must be >= 1")
         from clickeval_spark.models import get_model   # the registry knows each model's families
 
         for key in self.model_priors:
@@ -235,8 +237,6 @@ class FitConfig:
             if name == model and family:
                 families[family] = (o.kind or kind, k if o.k is None else o.k)
         return kind, k, families
-        if self.checkpoint_interval < 1:
-            raise ConfigError("fit.checkpoint_interval: must be >= 1")
 
 
 @dataclass(frozen=True)
