@@ -201,25 +201,19 @@ small{color:#666}img{max-width:100%}"""
 def build_report(spark: SparkSession, warehouse: str, run_id: str, dataset: str, models: list[str],
                  cutoffs: list[int]) -> str:
     """The HTML page for one run and dataset."""
-    def rows_of(name: str) -> list[dict]:
+    def rows_of(name: str, condition=None) -> list[dict]:
         if not DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, name)):
             return []
         # column predicates, not SQL text: run_id and dataset are never spliced into a query
-        df = tables.read_table(spark, warehouse, name).where(
-            (F.col("run_id") == run_id) & (F.col("dataset") == dataset))
+        condition = F.col("dataset") == dataset if condition is None else condition
+        df = tables.read_table(spark, warehouse, name).where((F.col("run_id") == run_id) & condition)
         return [r.asDict() for r in df.collect()]
 
     rows, dist = rows_of("metrics"), rows_of("distributional_metrics")
 
-    def run_rows(name: str, condition) -> list[dict]:
-        if not DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, name)):
-            return []
-        return [r.asDict() for r in tables.read_table(spark, warehouse, name)
-                .where((F.col("run_id") == run_id) & condition).collect()]
-
     # the prior rows only: a few per model, never the per-(query, doc) values
-    params = run_rows("model_params", F.col("param").startswith(PRIOR_PREFIX) & F.col("query_id").isNull())
-    fits = run_rows("runs", F.col("job").startswith("fit:") & (F.col("dataset") == dataset))
+    params = rows_of("model_params", F.col("param").startswith(PRIOR_PREFIX) & F.col("query_id").isNull())
+    fits = rows_of("runs", F.col("job").startswith("fit:") & (F.col("dataset") == dataset))
     present = {r["model"] for r in rows}
     models = [m for m in models if m in present] + sorted(present - set(models))
     sections = [f"<h1>clickeval-spark report</h1><p>run <b>{html.escape(run_id)}</b>, dataset "
