@@ -172,9 +172,12 @@ class PriorConfig:
     kind: Literal["none", "pyclick", "beta"] = "beta"
     k: Any = "auto"
     grid: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+    warmup: int = 20   # at most this many passes pooled means follow the fit (while valid LL improves); then fixed
 
     def __post_init__(self) -> None:
         _check_strength("fit.prior.k", self.k)
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 1:
+            raise ConfigError(f"fit.prior.warmup: an integer >= 1, got {self.warmup!r}")
         if not self.grid:
             raise ConfigError("fit.prior.grid: a non-empty list of numbers > 0")
         for k in self.grid:

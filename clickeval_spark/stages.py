@@ -85,7 +85,7 @@ def fit_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) 
                 kind, k, families = fcfg.prior_overrides(name)
                 fitted = fit(packed, model, iterations=fcfg.iterations, tol=fcfg.tol,
                              prior=model_prior(model, packed.max_rank, kind, k, families),
-                             k_grid=fcfg.prior.grid, logger=log, checkpoint_interval=fcfg.checkpoint_interval)
+                             k_grid=fcfg.prior.grid, prior_warmup=fcfg.prior.warmup, logger=log, checkpoint_interval=fcfg.checkpoint_interval)
                 tables.replace_slice(to_param_rows(fitted, run_id), warehouse, "model_params",
                                      {"run_id": run_id, "model": name}, run_id)
                 run.counts["iterations"] = max(0, len(fitted.history) - 1)

@@ -424,10 +424,12 @@ def qd_table(blocks: DataFrame, model: ClickModel, candidate: int = 0) -> DataFr
 
 
 def global_params(model: ClickModel, M: int, sums: Mapping[str, np.ndarray], old: Mapping[str, np.ndarray],
-                  prior: Mapping[str, FamilyPrior]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+                  prior: Mapping[str, FamilyPrior], frozen_means: Mapping[str, np.ndarray] | None = None,
+                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """M-step of the global parameters from summed (num..., den...) sections, as posterior modes.
 
-    Returns (values, prior means m): a pooled family's m is its rank's pooled mean.
+    Returns (values, prior means m): a pooled family's m is its rank's pooled mean, or its
+    entry in ``frozen_means`` once the warm-up has fixed it.
     """
     out, means = {}, {}
     for name, shape in sorted(model.global_shapes(M).items()):
@@ -435,8 +437,12 @@ def global_params(model: ClickModel, M: int, sums: Mapping[str, np.ndarray], old
         num, den = sums[name][:size].reshape(shape), sums[name][size:].reshape(shape)
         prev = np.broadcast_to(np.asarray(old[name], dtype=np.float64), shape)
         fam = prior[name]
-        m = pooled_rank_means(num, den) if fam.m is None and fam.k > 0 else np.asarray(
-            INIT_VALUE if fam.m is None else fam.m)
+        if frozen_means is not None and name in frozen_means:
+            m = frozen_means[name]
+        elif fam.m is None and fam.k > 0:
+            m = pooled_rank_means(num, den)
+        else:
+            m = np.asarray(INIT_VALUE if fam.m is None else fam.m)
         out[name] = posterior_mode(num, den, prev, fam.k, m)
         means[name] = m
     return out, means

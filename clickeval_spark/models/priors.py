@@ -42,6 +42,8 @@ DEFAULT_K_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 #: On the TREC Session 2014 sample and on the synthetic default log the valid-split
 #: choice lands between 2 and 8 for the EM models (README, "Priors").
 DEFAULT_K = 4.0
+# passes during which pooled prior means follow the fit; after them m is fixed (see spark_em.fit)
+DEFAULT_WARMUP = 20
 #: PyClick's estimator: +1 / +2 in every update
 PYCLICK_K, PYCLICK_M = 2.0, 0.5
 _LOG_EPS = 1e-12

@@ -30,6 +30,15 @@ beside the training ones are scored in every pass, and the candidate with the
 best held-out LL per position is the fit. Without held-out SERPs the auto
 strength is ``priors.DEFAULT_K``.
 
+Pooled means are hyperparameters, estimated during a warm-up: m follows the
+fit's pooled estimate while the candidate's held-out LL improves (at most
+``prior_warmup`` passes, the whole rule without held-out SERPs) and is then
+fixed. A pooled m that kept following the fit would slide along the ridge where
+examination and attractiveness trade scale (PBM, UBM): the log posterior would
+never settle and held-out LL would fall again with more passes. With m fixed
+the log posterior is one objective, which EM never decreases, and ``tol``
+compares it from the first pass after the freeze.
+
 Unseen pairs: every qd family's m (the pooled estimate for beta and none,
 0.5 for pyclick), recorded as ``prior[p]``: `predict_clicks` and `sample_serps`
 use it for every (query, doc) pair absent from the qd table. ``n_obs`` counts a
@@ -46,9 +55,9 @@ parameters is computed by the next pass; one extra scoring pass after the loop
 evaluates the final parameters. ``log_posterior`` adds the Beta log densities
 (k m ln v + k (1 - m) ln(1 - v) per parameter with a prior) to each LL. With
 ``tol`` a candidate stops after the pass whose input log posterior per SERP
-differs from the previous one by less than ``tol`` (from iteration 1 on when a
-qd family has a prior: iteration 0 has no pooled mean yet); the parameters that
-pass produced are kept.
+differs from the previous one by less than ``tol``, both under the same prior
+(from iteration 1 on with fixed means: iteration 0 has no prior term; after the
+warm-up with pooled ones); the parameters that pass produced are kept.
 """
 
 from __future__ import annotations
@@ -68,7 +77,8 @@ from pyspark.sql.window import Window
 from clickeval_spark.models.base import INIT_VALUE, ClickModel
 from clickeval_spark.models.blocks import (PackedLog, PassPlan, checkpointed, global_params, pack_log, qd_table,
                                            run_iteration)
-from clickeval_spark.models.priors import DEFAULT_K, DEFAULT_K_GRID, ModelPrior, log_prior, model_prior, pooled_mean
+from clickeval_spark.models.priors import (DEFAULT_K, DEFAULT_K_GRID, DEFAULT_WARMUP, ModelPrior, log_prior,
+                                           model_prior, pooled_mean)
 
 _log = logging.getLogger(__name__)
 
@@ -323,6 +333,7 @@ class _Candidate:
     unseen: dict[str, float] = field(default_factory=dict)
     history: list[tuple[int, float, float]] = field(default_factory=list)
     posterior: list[float] = field(default_factory=list)
+    compare_from: int | None = None   # first posterior entry under the final prior (None: m still moving)
     valid_ll: float = float("nan")
     active: bool = True
     done: int = 0
@@ -334,11 +345,15 @@ class _Candidate:
         return "k=" + ",".join(f"{k:g}" for k in ks) if ks else "-"
 
 
-def _qd_update(cand: _Candidate, model: ClickModel, sums: dict[str, np.ndarray]) -> None:
-    """The next pass's qd M-step: (k, m) per family, m pooled from these sums where not fixed."""
+def _qd_update(cand: _Candidate, model: ClickModel, sums: dict[str, np.ndarray], frozen: bool) -> None:
+    """The next pass's qd M-step: (k, m) per family, m pooled from these sums where not fixed
+    (or, once ``frozen``, the pooled m the warm-up ended with)."""
     params = model.qd_params
     k, m = cand.prior.qd_arrays(params)
-    pooled = np.array([pooled_mean(*sums[f"pool_{p}"]) for p in params])
+    if frozen and cand.update is not None:
+        pooled = cand.update[1]
+    else:
+        pooled = np.array([pooled_mean(*sums[f"pool_{p}"]) for p in params])
     m = np.where(np.isnan(m), pooled, m)
     cand.update = (k, m)
     cand.unseen = {p: float(m[j]) for j, p in enumerate(params)}
@@ -346,7 +361,8 @@ def _qd_update(cand: _Candidate, model: ClickModel, sums: dict[str, np.ndarray])
 
 def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20, tol: float | None = None,
         max_rank: int = 10, prior: ModelPrior | None = None, k_grid: Sequence[float] = DEFAULT_K_GRID,
-        logger: logging.Logger | None = None, checkpoint_interval: int = 10) -> FittedModel:
+        prior_warmup: int = DEFAULT_WARMUP, logger: logging.Logger | None = None,
+        checkpoint_interval: int = 10) -> FittedModel:
     """Fit ``model`` on canonical ``serps`` rows (every row is training data) or an already packed log.
 
     Ranks beyond ``max_rank`` are ignored (a packed log keeps its own);
@@ -368,6 +384,8 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
         raise ValueError("iterations must be >= 1")
     if checkpoint_interval < 1:
         raise ValueError("checkpoint_interval must be >= 1")
+    if prior_warmup < 1:
+        raise ValueError("prior_warmup must be >= 1")
     log = logger or _log
     packed = serps if isinstance(serps, PackedLog) else pack_serps(serps, max_rank)
     M = packed.max_rank
@@ -379,8 +397,10 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
     priors = [prior.with_k(k) for k in grid] if prior.auto else [prior]
     init = {k: np.asarray(v, dtype=np.float64) for k, v in model.init_global(M).items()}
     cands = [_Candidate(prior=p, g=dict(init), unseen={q: INIT_VALUE for q in model.qd_params}) for p in priors]
-    # iteration 0's parameters (all 0.5) have no prior term yet: tol compares from iteration 1 on
-    first_compared = 1 if any(f.k > 0 for c in cands for f in c.prior.qd.values()) else 0
+    # pooled prior means are fixed after the warm-up (module docstring); fixed ones have no prior term at iteration 0
+    pooled = any(f.k > 0 and f.m is None for c in cands for f in (*c.prior.qd.values(), *c.prior.glob.values()))
+    for c in cands:
+        c.compare_from = None if pooled else 1 if any(f.k > 0 for f in c.prior.qd.values()) else 0
 
     def record(c: _Candidate, it: int, sums: dict[str, np.ndarray], secs: float) -> None:
         n = packed.n_serps
@@ -392,7 +412,8 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
         if sums["n_valid"][0] > 0:
             c.valid_ll = float(sums["ll_valid"][0] / sums["n_valid"][0])
         log.info("%s %s iteration %d: train LL %.6f per SERP, log posterior %.6f, valid LL %.6f per position, "
-                 "%.2f s", model.name, c.label, it, ll, c.posterior[-1], c.valid_ll, secs)
+                 "prior m %s, %.2f s", model.name, c.label, it, ll, c.posterior[-1], c.valid_ll,
+                 " ".join(f"{p}={m:.4f}" for p, m in c.unseen.items()), secs)
 
     def release(old: DataFrame) -> None:
         if old is not packed.blocks:
@@ -410,12 +431,20 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
             for c, sums in zip(cands, all_sums):
                 if sums is None:
                     continue
+                valid_before = c.valid_ll
                 record(c, it - 1, sums, c.pending_secs)
                 post = c.posterior
-                converged = (tol is not None and len(post) >= 2 + first_compared
-                             and abs(post[-1] - post[-2]) < tol)
-                c.g, c.g_means = global_params(model, M, sums, c.g, c.prior.glob)
-                _qd_update(c, model, sums)
+                converged = (tol is not None and c.compare_from is not None
+                             and len(post) >= 2 + c.compare_from and abs(post[-1] - post[-2]) < tol)
+                if c.compare_from is None and (it > prior_warmup or c.valid_ll < valid_before):
+                    # this pass's update reuses the m that produced the parameters just scored
+                    c.compare_from = len(post) - 1
+                    log.info("%s %s prior means fixed after pass %d: %s", model.name, c.label, it - 1,
+                             " ".join(f"{p}={m:.4f}" for p, m in c.unseen.items()))
+                frozen = c.compare_from is not None and pooled
+                c.g, c.g_means = global_params(model, M, sums, c.g, c.prior.glob,
+                                               c.g_means if frozen else None)
+                _qd_update(c, model, sums, frozen)
                 c.done, c.pending_secs = it, secs
                 if converged:
                     log.info("%s %s converged: |d log posterior| < %g per SERP", model.name, c.label, tol)

@@ -90,12 +90,14 @@ class KillExecutor(logging.Handler):
         self.app_id, self.after, self.kills = app_id, after, []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if not str(record.msg).startswith("%s iteration ") or record.args[1] not in self.after:
+        found = re.search(r" iteration (\d+):", record.getMessage())
+        if not found or int(found[1]) not in self.after:
             return
+        iteration = int(found[1])
         executor, pid = min(executor_pids(self.app_id).items())
         os.kill(pid, signal.SIGKILL)
-        self.kills.append({"after_pass": record.args[1] + 1, "executor": executor, "pid": pid})
-        print(f"[em-faults] killed executor {executor} (pid {pid}) after pass {record.args[1] + 1}", flush=True)
+        self.kills.append({"after_pass": iteration + 1, "executor": executor, "pid": pid})
+        print(f"[em-faults] killed executor {executor} (pid {pid}) after pass {iteration + 1}", flush=True)
 
 
 def fit_logger(name: str, app_id: str, kill_after: tuple[int, ...]) -> tuple[logging.Logger, KillExecutor]:
