@@ -13,6 +13,7 @@ at start-up. URIs (s3a://, abfss://, file:/) and absolute paths are kept as they
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import types
@@ -74,6 +75,9 @@ class SparkConfig:
     master: str | None = "local[*]"
     # warehouse root for every Delta table: a folder (relative to the working directory) or a URI (s3a://...)
     warehouse: str = "warehouse"
+    # reliable storage for EM's checkpoints (a folder or URI, like warehouse): with it a lost executor
+    # costs a recomputation, not the fit; null: local checkpoints, lost with their executor (one machine)
+    checkpoint_dir: str | None = None
     conf: dict[str, str] = field(default_factory=dict)
 
 
@@ -165,12 +169,61 @@ class IngestConfig:
             raise ConfigError("ingest.max_quarantine_share: must be in [0, 1]")
 
 
+PRIOR_KINDS = ("none", "pyclick", "beta")
+
+
+def _check_strength(key: str, k: Any, allow_auto: bool = True) -> None:
+    if k == "auto" and allow_auto:
+        return
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not k > 0 or not math.isfinite(k):
+        raise ConfigError(f"{key}: {k!r} is not allowed; a number > 0" + (" or auto" if allow_auto else ""))
+
+
+@dataclass(frozen=True)
+class PriorConfig:
+    """The Beta prior of every parameter family (models/priors.py): value = (num + k m) / (den + k).
+
+    none: plain MLE; pyclick: PyClick's +1 / +2 everywhere; beta: qd families shrink toward
+    their pooled mean m with strength k, `auto` = the grid value with the best valid-split LL.
+    """
+    kind: Literal["none", "pyclick", "beta"] = "beta"
+    k: Any = "auto"
+    grid: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+    warmup: int = 20   # at most this many passes pooled means follow the fit (while valid LL improves); then fixed
+
+    def __post_init__(self) -> None:
+        _check_strength("fit.prior.k", self.k)
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 1:
+            raise ConfigError(f"fit.prior.warmup: an integer >= 1, got {self.warmup!r}")
+        if not self.grid:
+            raise ConfigError("fit.prior.grid: a non-empty list of numbers > 0")
+        for k in self.grid:
+            _check_strength("fit.prior.grid", k, allow_auto=False)
+
+
+@dataclass(frozen=True)
+class PriorOverride:
+    """fit.model_priors.<model> or <model>.<family>: what differs from fit.prior there."""
+    kind: Literal["none", "pyclick", "beta"] | None = None
+    k: Any = None
+
+    def __post_init__(self) -> None:
+        if self.k is not None:
+            _check_strength("fit.model_priors.k", self.k)
+
+
 @dataclass(frozen=True)
 class FitConfig:
     models: tuple[str, ...] = ("gctr", "rctr", "dctr", "pbm", "cm", "ubm", "dcm", "ccm", "dbn", "sdbn")
-    iterations: int = 20
-    tol: float | None = None
+    # the cap on EM passes; EM stops earlier once the log posterior per training SERP moves by less than tol
+    iterations: int = 50
+    tol: float | None = 1e-4
     max_rank: int = 10
+    prior: PriorConfig = field(default_factory=PriorConfig)
+    # per model ("dbn") or per parameter family ("dbn.sigma"): {kind, k}
+    model_priors: dict[str, PriorOverride] = field(default_factory=dict)
+    # with spark.checkpoint_dir: EM's state is checkpointed every this many passes (ALS's checkpointInterval)
+    checkpoint_interval: int = 10
 
     def __post_init__(self) -> None:
         bad = [m for m in self.models if m not in MODEL_NAMES]
@@ -180,6 +233,30 @@ class FitConfig:
             raise ConfigError("fit.iterations: must be >= 1")
         if self.tol is not None and self.tol <= 0:
             raise ConfigError("fit.tol: must be > 0 or null")
+        if self.checkpoint_interval < 1:
+            raise ConfigError("fit.checkpoint_interval: must be >= 1")
+        from clickeval_spark.models import get_model   # the registry knows each model's families
+
+        for key in self.model_priors:
+            name, _, family = key.partition(".")
+            if name not in MODEL_NAMES:
+                raise ConfigError(f"fit.model_priors.{key}: unknown model {name!r}; allowed: {list(MODEL_NAMES)}")
+            model = get_model(name)
+            families = [*model.qd_params, *sorted(model.global_shapes(self.max_rank))]
+            if family and family not in families:
+                raise ConfigError(f"fit.model_priors.{key}: {name} has no parameter family {family!r}; "
+                                  f"it has {families}")
+
+    def prior_overrides(self, model: str) -> tuple[str, Any, dict[str, tuple[str, Any]]]:
+        """(kind, k, {family: (kind, k)}) for `priors.model_prior`: fit.prior, then the model's, then its families'."""
+        base = self.model_priors.get(model, PriorOverride())
+        kind, k = base.kind or self.prior.kind, self.prior.k if base.k is None else base.k
+        families = {}
+        for key, o in self.model_priors.items():
+            name, _, family = key.partition(".")
+            if name == model and family:
+                families[family] = (o.kind or kind, k if o.k is None else o.k)
+        return kind, k, families
 
 
 @dataclass(frozen=True)

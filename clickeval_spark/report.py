@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 import math
 from datetime import datetime, timezone
 
@@ -25,6 +26,7 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from clickeval_spark import tables  # noqa: E402
 from clickeval_spark.metrics.summary import HEADLINE  # noqa: E402
+from clickeval_spark.models.params_io import KIND_PREFIX, PRIOR_PREFIX, STRENGTH_PREFIX  # noqa: E402
 
 ORDER_MARKERS = {"original": "o", "shuffled_all": "s", "shuffled_halves": "^"}
 
@@ -151,6 +153,42 @@ def coverage_html(dist: list[dict]) -> str:
             f"<th>synthetic SERPs</th><th>real SERPs</th></tr>{lines}</table>")
 
 
+def priors_html(params: list[dict], fits: list[dict], models: list[str]) -> str:
+    """One line per fitted model: the estimator (prior kind, k and m per family) and the k choice."""
+    chosen = {}
+    for f in fits:
+        details = json.loads(f["details"] or "{}")
+        sel = details.get("prior_selection")
+        if sel:
+            grid = ", ".join(f"{g['k']:g}: {_num(g['valid_ll'])}" for g in sel["grid"])
+            chosen[f["job"].split(":", 1)[1]] = f"k = {sel['chosen_k']:g} of {{{grid}}}"
+    by_model: dict[str, dict] = {}
+    for r in params:
+        spec = by_model.setdefault(r["model"], {"kind": "", "k": {}, "m": {}})
+        param = r["param"]
+        if param.startswith(KIND_PREFIX):
+            spec["kind"] = param[len(KIND_PREFIX):]
+        elif param.startswith(STRENGTH_PREFIX):
+            spec["k"][param[len(STRENGTH_PREFIX):]] = r["value"]
+        elif r["rank"] is None:
+            spec["m"][param[len(PRIOR_PREFIX):]] = f"{r['value']:.4f}"
+        else:   # a mean per rank (UBM's examination cells shrink toward their rank's mean)
+            spec["m"][param[len(PRIOR_PREFIX):]] = "its rank's mean"
+    lines = []
+    for m in [m for m in models if m in by_model] + sorted(set(by_model) - set(models)):
+        spec = by_model[m]
+        fams = ", ".join(f"{f}: k={spec['k'][f]:g}" + (f", m={spec['m'][f]}" if f in spec["m"] else "")
+                         for f in sorted(spec["k"]))
+        lines.append(f"<tr><td>{html.escape(m)}</td><td>{html.escape(spec['kind'])}</td><td>{html.escape(fams)}</td>"
+                     f"<td>{html.escape(chosen.get(m, '–'))}</td></tr>")
+    if not lines:
+        return ""
+    return ("<h2>Estimators</h2><p>Every M-step is the posterior mode (num + k·m) / (den + k) of the family's "
+            "Beta prior (k = 0: the plain ratio); (query, doc) pairs unseen in training get m.</p>"
+            "<table><tr><th>model</th><th>prior</th><th>families (k, m)</th>"
+            f"<th>strength chosen by valid LL per position</th></tr>{''.join(lines)}</table>")
+
+
 def _num(v: float | None) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"
 
@@ -163,15 +201,19 @@ small{color:#666}img{max-width:100%}"""
 def build_report(spark: SparkSession, warehouse: str, run_id: str, dataset: str, models: list[str],
                  cutoffs: list[int]) -> str:
     """The HTML page for one run and dataset."""
-    def rows_of(name: str) -> list[dict]:
+    def rows_of(name: str, condition=None) -> list[dict]:
         if not DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, name)):
             return []
         # column predicates, not SQL text: run_id and dataset are never spliced into a query
-        df = tables.read_table(spark, warehouse, name).where(
-            (F.col("run_id") == run_id) & (F.col("dataset") == dataset))
+        condition = F.col("dataset") == dataset if condition is None else condition
+        df = tables.read_table(spark, warehouse, name).where((F.col("run_id") == run_id) & condition)
         return [r.asDict() for r in df.collect()]
 
     rows, dist = rows_of("metrics"), rows_of("distributional_metrics")
+
+    # the prior rows only: a few per model, never the per-(query, doc) values
+    params = rows_of("model_params", F.col("param").startswith(PRIOR_PREFIX) & F.col("query_id").isNull())
+    fits = rows_of("runs", F.col("job").startswith("fit:") & (F.col("dataset") == dataset))
     present = {r["model"] for r in rows}
     models = [m for m in models if m in present] + sorted(present - set(models))
     sections = [f"<h1>clickeval-spark report</h1><p>run <b>{html.escape(run_id)}</b>, dataset "
@@ -187,6 +229,7 @@ def build_report(spark: SparkSession, warehouse: str, run_id: str, dataset: str,
         if ndcg:
             sections.append(f"<h3>NDCG@k against the labels ({html.escape(split)})</h3>{ndcg}")
         sections.append(diffs_html(rows, split))
+    sections.append(priors_html(params, fits, models))
     if dist:
         sections.append("<h2>Distributional coverage (Reverse / Forward PPL)</h2>")
         figure = coverage_figure(dist)

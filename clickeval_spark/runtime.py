@@ -99,6 +99,7 @@ def session_for(cfg: AppConfig, job: str) -> SparkSession:
         warehouse=warehouse_root(cfg),
         embedded=embedded,
         conf=conf,
+        checkpoint_dir=resolve_location(cfg.spark.checkpoint_dir) if cfg.spark.checkpoint_dir else None,
     )
 
 

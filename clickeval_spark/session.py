@@ -21,6 +21,7 @@ def build_session(
     warehouse: str,
     embedded: bool,
     conf: Mapping[str, str] | None = None,
+    checkpoint_dir: str | None = None,
 ) -> SparkSession:
     """Build (or reuse) the job's session.
 
@@ -29,6 +30,8 @@ def build_session(
     interpreter (the venv), not whatever `python3` is first on PATH.
     embedded=False is spark-submit on a cluster: master and jars come from the
     submit command (`--master`, `--packages`), so nothing here overrides them.
+    checkpoint_dir: the SparkContext's checkpoint directory (reliable checkpoints of
+    EM's blocks, `clickeval_spark.models.blocks.checkpointed`); None: local checkpoints.
     """
     builder = SparkSession.builder.appName(app_name)
     if master:
@@ -37,6 +40,8 @@ def build_session(
         **DELTA_CONF,
         "spark.sql.warehouse.dir": warehouse,
         "spark.sql.session.timeZone": "UTC",
+        # checkpoint files of RDDs the driver no longer references are deleted (EM writes one per interval)
+        **({"spark.cleaner.referenceTracking.cleanCheckpoints": "true"} if checkpoint_dir else {}),
         **dict(conf or {}),
     }
     for key, value in settings.items():
@@ -48,5 +53,7 @@ def build_session(
 
         builder = configure_spark_with_delta_pip(builder)
     spark = builder.getOrCreate()
+    if checkpoint_dir:
+        spark.sparkContext.setCheckpointDir(checkpoint_dir)
     spark.sparkContext.setLogLevel("WARN")
     return spark

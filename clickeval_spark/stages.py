@@ -28,6 +28,7 @@ from clickeval_spark.metrics.summary import metrics_table
 from clickeval_spark.models import get_model
 from clickeval_spark.models.params_io import from_param_rows, to_param_rows
 from clickeval_spark.models.predict import predict_clicks, relevance_scores
+from clickeval_spark.models.priors import model_prior
 from clickeval_spark.models.spark_em import fit, pack_serps
 from clickeval_spark.progress import stage
 from clickeval_spark.report import build_report, write_text
@@ -72,25 +73,41 @@ def _labels(spark: SparkSession, warehouse: str, dataset: str) -> DataFrame | No
 
 @stage("fit")
 def fit_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) -> dict[str, list]:
-    """Fit every configured model on the train split; write model_params (one slice per model)."""
+    """Fit every configured model on the train split; write model_params (one slice per model).
+
+    The valid split is packed beside the training SERPs: every fit scores it in the
+    same passes, which is what `fit.prior.k: auto` chooses the prior strength by.
+    """
+    fcfg = cfg.fit
     train = _serps(spark, warehouse, cfg.ingest.dataset, ("train",))
+    valid = _serps(spark, warehouse, cfg.ingest.dataset, ("valid",))
     histories = {}
     # packed once: every model's EM runs on the same query blocks
-    packed = pack_serps(train, max_rank=cfg.fit.max_rank)
+    packed = pack_serps(train, max_rank=fcfg.max_rank, held_out=valid)
     try:
-        for name in cfg.fit.models:
+        for name in fcfg.models:
             with recorded_run(spark, warehouse, run_id, f"fit:{name}", cfg.ingest.dataset,
                               config_as_dict(cfg)) as run:
-                fitted = fit(packed, get_model(name), iterations=cfg.fit.iterations, tol=cfg.fit.tol, logger=log)
+                model = get_model(name)
+                kind, k, families = fcfg.prior_overrides(name)
+                fitted = fit(packed, model, iterations=fcfg.iterations, tol=fcfg.tol,
+                             prior=model_prior(model, packed.max_rank, kind, k, families),
+                             k_grid=fcfg.prior.grid, prior_warmup=fcfg.prior.warmup, logger=log, checkpoint_interval=fcfg.checkpoint_interval)
                 tables.replace_slice(to_param_rows(fitted, run_id), warehouse, "model_params",
                                      {"run_id": run_id, "model": name}, run_id)
                 run.counts["iterations"] = max(0, len(fitted.history) - 1)
-                run.details["history"] = [{"iteration": i, "train_ll": ll, "seconds": s}
-                                          for i, ll, s in fitted.history]
-                run.details["prior"] = fitted.prior
+                run.details["history"] = [{"iteration": i, "train_ll": ll, "log_posterior": lp, "seconds": s}
+                                          for (i, ll, s), lp in zip(fitted.history, fitted.log_posterior)]
+                run.details["prior"] = fitted.prior_spec
+                run.details["valid_ll"] = fitted.valid_ll
+                if fitted.selection is not None:
+                    run.details["prior_selection"] = fitted.selection
                 histories[name] = fitted.history
+            chosen = (f", prior k={fitted.selection['chosen_k']:g} by valid LL" if fitted.selection
+                      else f", prior {fitted.prior_spec['kind']}")
+            valid_ll = "" if fitted.valid_ll is None else f", valid LL per position {fitted.valid_ll:.4f}"
             print(f"fit {name}: {run.counts['iterations']} iteration(s), "
-                  f"train LL per SERP {fitted.history[-1][1]:.4f}")
+                  f"train LL per SERP {fitted.history[-1][1]:.4f}{valid_ll}{chosen}")
     finally:
         packed.unpersist()
     return histories
@@ -292,7 +309,8 @@ def surrogate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id:
     rows = []
     with recorded_run(spark, warehouse, run_id, "surrogate", dataset, config_as_dict(cfg)) as run:
         t0 = time.perf_counter()
-        on_real = fit_surrogate(real, surrogate, scfg.iterations, max_rank, log)
+        prior = model_prior(surrogate, max_rank, *cfg.fit.prior_overrides(scfg.model))
+        on_real = fit_surrogate(real, surrogate, scfg.iterations, max_rank, log, prior)
         baseline = perplexity(real, on_real, scfg.eps)
         rows.append(_coverage_row(run_id, dataset, "real_log", scfg, "original", "observed", baseline, baseline,
                                   baseline.n_serps))
@@ -304,7 +322,8 @@ def surrogate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id:
             t0 = time.perf_counter()
             seqs = synthetic.where((F.col("generator_model") == generator) & (F.col("list_order") == order)
                                    & (F.col("click_mode") == mode))
-            reverse, forward = coverage(real, seqs, on_real, surrogate, scfg.iterations, max_rank, scfg.eps, log)
+            reverse, forward = coverage(real, seqs, on_real, surrogate, scfg.iterations, max_rank, scfg.eps, log,
+                                        prior)
             print(f"surrogate {generator} {order}/{mode}: {forward.n_serps} synthetic SERPs, "
                   f"reverse PPL {reverse.total:.4f}, forward PPL {forward.total:.4f}, "
                   f"{time.perf_counter() - t0:.1f} s", flush=True)

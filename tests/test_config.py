@@ -13,6 +13,13 @@ def test_shipped_configs_load(name):
     assert cfg.fit.models and cfg.ingest.dataset
 
 
+def test_checkpoint_settings():
+    """Embedded runs keep local checkpoints; the cluster example checkpoints EM to object storage."""
+    local, cluster = load_config(CONF / "local.yaml"), load_config(CONF / "cluster.yaml")
+    assert (local.spark.checkpoint_dir, local.fit.checkpoint_interval) == (None, 10)
+    assert cluster.spark.checkpoint_dir == "s3a://my-search-logs/clickeval/checkpoints"
+
+
 def _load(tmp_path, text, **overrides):
     path = tmp_path / "c.yaml"
     path.write_text(text)
@@ -29,6 +36,8 @@ def _load(tmp_path, text, **overrides):
     ("ingest: {synthetic: {model: ncm}}", "ingest.synthetic.model: 'ncm' is not allowed; allowed: ['pbm'"),
     ("ingest: {split: {ratios: {train: 1, holdout: 1}}}", "ingest.split.ratios: keys must be among"),
     ("run_id: \"x' OR 1=1\"", "run_id \"x' OR 1=1\" is not allowed"),
+    ("fit: {checkpoint_interval: 0}", "fit.checkpoint_interval: must be >= 1"),
+    ("spark: {checkpoint_dir: [a]}", "spark.checkpoint_dir: expected a string, got ['a']"),
 ])
 def test_bad_config_names_the_key_and_allowed_values(tmp_path, text, message):
     with pytest.raises(ConfigError) as err:

@@ -19,6 +19,7 @@ from clickeval_spark.metrics.bootstrap import SCALE, to_fixed
 from clickeval_spark.metrics.click_prediction import clipped, log_lik
 from clickeval_spark.models.base import ClickModel
 from clickeval_spark.models.predict import predict_clicks
+from clickeval_spark.models.priors import ModelPrior
 from clickeval_spark.models.spark_em import FittedModel, fit
 
 
@@ -46,12 +47,15 @@ def perplexity(serps: DataFrame, fitted: FittedModel, eps: float = 1e-6) -> Perp
 
 
 def fit_surrogate(serps: DataFrame, surrogate: ClickModel, iterations: int, max_rank: int,
-                  logger: logging.Logger | None = None) -> FittedModel:
-    return fit(serps, surrogate, iterations=iterations, max_rank=max_rank, logger=logger)
+                  logger: logging.Logger | None = None, prior: ModelPrior | None = None) -> FittedModel:
+    """The surrogate: a fixed number of passes and one prior for every generator (no held-out
+    SERPs here, so `k: auto` means priors.DEFAULT_K): the same capacity whatever it is fitted on."""
+    return fit(serps, surrogate, iterations=iterations, max_rank=max_rank, logger=logger, prior=prior)
 
 
 def coverage(real: DataFrame, synthetic: DataFrame, on_real: FittedModel, surrogate: ClickModel,
-             iterations: int, max_rank: int, eps: float, logger: logging.Logger | None = None) -> tuple[Perplexity, Perplexity]:
+             iterations: int, max_rank: int, eps: float, logger: logging.Logger | None = None,
+             prior: ModelPrior | None = None) -> tuple[Perplexity, Perplexity]:
     """(Reverse, Forward) perplexity of one generator's synthetic sequences against the real SERPs."""
-    on_synthetic = fit_surrogate(synthetic, surrogate, iterations, max_rank, logger)
+    on_synthetic = fit_surrogate(synthetic, surrogate, iterations, max_rank, logger, prior)
     return perplexity(real, on_synthetic, eps), perplexity(synthetic, on_real, eps)

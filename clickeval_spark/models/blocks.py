@@ -6,16 +6,19 @@ depends only on the SERPs of its own query. So the log is packed once into
 n_blocks), each block one row of numpy arrays in binary columns:
 
     block int,
-    data  binary  header (B, M, n_pairs) + clicks int8 (B, M) + pair int32 (B, M)
-                  (pair = the block-local index of the rank's (query, doc), -1 = no rank)
-    keys  binary  Arrow IPC stream: query_id, doc_id, n_obs of each block-local pair
-    state binary  float64 (n_qd_params, n_pairs): current qd parameters (null = all 0.5)
-    stats binary  float64 vector: the block's global sums of the last E-step (see `stats_layout`)
+    data  binary  header (B, M, n_pairs, n_train) + clicks int8 (B, M) + pair int32 (B, M)
+                  (pair = the block-local index of the rank's (query, doc), -1 = no rank;
+                  the first n_train SERPs are training data, the rest held out (valid))
+    keys  binary  Arrow IPC stream: query_id, doc_id, n_obs (training impressions) of each pair
+    state binary  float64 (C, 3, n_qd_params, n_pairs): per candidate fit, the pairs' current
+                  values and the num / den of the last E-step (null = the start, all 0.5)
+    stats binary  float64 vector: per candidate, the block's sums of the last pass (see `stats_layout`)
 
 An EM iteration is then one narrow Spark stage (`mapInArrow`, no shuffle, no join,
 no Python call per SERP): each task decodes its block, runs the model's E-step
 over it in slices, does the M-step of the block's own qd parameters in place and
-returns the block with its new state and a few hundred global sums. Only those
+returns the block with its new state and a few hundred global sums. Several candidate
+fits (one per prior strength of `k: auto`) share each pass: one Spark job, C E-steps. Only those
 sums reach the driver, which adds them up in block order and hands the new global
 parameters to the next iteration. This is the blocked layout Spark MLlib's ALS
 uses for the same reason (per-key state that never needs a shuffle).
@@ -42,6 +45,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.models.base import INIT_VALUE, ClickModel, log_likelihood
+from clickeval_spark.models.priors import FamilyPrior, log_prior, pooled_rank_means, posterior_mode
 
 #: SERPs per block: enough that a task's numpy work dwarfs its scheduling cost, small
 #: enough that a block's arrays stay a few MB (50 bytes per SERP of 10 ranks).
@@ -59,7 +63,7 @@ BLOCK_SCHEMA = T.StructType([
     T.StructField("stats", T.BinaryType(), True),
 ])
 
-_HEADER_WORDS = 4  # int64: B, M, n_pairs, reserved
+_HEADER_WORDS = 4  # int64: B, M, n_pairs, n_train
 
 
 # ---------------------------------------------------------------------------
@@ -70,24 +74,27 @@ def _padded(nbytes: int) -> int:
     return (nbytes + 7) // 8 * 8
 
 
-def encode_data(clicks: np.ndarray, pair: np.ndarray, n_pairs: int) -> bytes:
-    """clicks int8 (B, M) and pair int32 (B, M) -> one buffer (8-byte aligned sections)."""
+def encode_data(clicks: np.ndarray, pair: np.ndarray, n_pairs: int, n_train: int | None = None) -> bytes:
+    """clicks int8 (B, M) and pair int32 (B, M) -> one buffer (8-byte aligned sections).
+
+    The first ``n_train`` rows (default all) are training SERPs, the rest held out.
+    """
     B, M = clicks.shape
-    head = np.array([B, M, n_pairs, 0], dtype=np.int64).tobytes()
+    head = np.array([B, M, n_pairs, B if n_train is None else n_train], dtype=np.int64).tobytes()
     c = np.ascontiguousarray(clicks, dtype=np.int8).tobytes()
     c += b"\0" * (_padded(len(c)) - len(c))
     return head + c + np.ascontiguousarray(pair, dtype=np.int32).tobytes()
 
 
-def decode_data(buf) -> tuple[np.ndarray, np.ndarray, int]:
-    """Inverse of `encode_data`, without copying: (clicks, pair, n_pairs)."""
-    B, M, n_pairs, _ = np.frombuffer(buf, dtype=np.int64, count=_HEADER_WORDS)
+def decode_data(buf) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Inverse of `encode_data`, without copying: (clicks, pair, n_pairs, n_train)."""
+    B, M, n_pairs, n_train = np.frombuffer(buf, dtype=np.int64, count=_HEADER_WORDS)
     B, M = int(B), int(M)
     off = _HEADER_WORDS * 8
     clicks = np.frombuffer(buf, dtype=np.int8, count=B * M, offset=off).reshape(B, M)
     off += _padded(B * M)
     pair = np.frombuffer(buf, dtype=np.int32, count=B * M, offset=off).reshape(B, M)
-    return clicks, pair, int(n_pairs)
+    return clicks, pair, int(n_pairs), int(n_train)
 
 
 def encode_keys(query_ids: np.ndarray, doc_ids: np.ndarray, n_obs: np.ndarray) -> bytes:
@@ -104,10 +111,11 @@ def decode_keys(buf) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(buf)).read_all()
 
 
-def decode_state(buf, n_params: int, n_pairs: int) -> np.ndarray:
+def decode_state(buf, n_candidates: int, n_params: int, n_pairs: int) -> np.ndarray | None:
+    """(C, 3, P, n_pairs): per candidate the values, last num, last den; None before the first pass."""
     if buf is None:
-        return np.full((n_params, n_pairs), INIT_VALUE)
-    return np.frombuffer(buf, dtype=np.float64).reshape(n_params, n_pairs)
+        return None
+    return np.frombuffer(buf, dtype=np.float64).reshape(n_candidates, 3, n_params, n_pairs)
 
 
 # ---------------------------------------------------------------------------
@@ -115,8 +123,13 @@ def decode_state(buf, n_params: int, n_pairs: int) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 def pack_block(pdf: pd.DataFrame, M: int) -> tuple[bytes, bytes]:
-    """One block's SERPs (serp_id, query_id, doc_ids, clicks; lists cut to M) -> (data, keys)."""
-    pdf = pdf.sort_values("serp_id", kind="stable")
+    """One block's SERPs (serp_id, query_id, doc_ids, clicks, held_out; lists cut to M) -> (data, keys).
+
+    Training SERPs first, then held-out ones, each sorted by serp_id; pairs of
+    either get an index, n_obs counts training impressions only.
+    """
+    pdf = pdf.sort_values(["held_out", "serp_id"], kind="stable")
+    n_train = int((~pdf["held_out"].to_numpy(dtype=bool)).sum())
     docs = pdf["doc_ids"].to_numpy()
     lens = np.fromiter((len(a) for a in docs), dtype=np.int64, count=len(docs))
     click_lists = pdf["clicks"].to_numpy()
@@ -135,21 +148,22 @@ def pack_block(pdf: pd.DataFrame, M: int) -> tuple[bytes, bytes]:
         # sort=True: pairs in (query_id, doc_id) order, whatever order the rows came in
         codes, uniques = pd.MultiIndex.from_arrays([q, d]).factorize(sort=True)
         pair[mask] = codes.astype(np.int32)
-        n_obs = np.bincount(codes, minlength=len(uniques))
+        n_obs = np.bincount(pair[:n_train][mask[:n_train]], minlength=len(uniques))
         qs, ds = uniques.get_level_values(0).to_numpy(), uniques.get_level_values(1).to_numpy()
     else:
         n_obs, qs, ds = np.zeros(0, np.int64), np.array([], object), np.array([], object)
-    return encode_data(clicks, pair, len(n_obs)), encode_keys(qs, ds, n_obs)
+    return encode_data(clicks, pair, len(n_obs), n_train), encode_keys(qs, ds, n_obs)
 
 
 @dataclass
 class PackedLog:
-    """A training log packed into query blocks (cached until `unpersist`)."""
+    """A training log (and optionally its held-out SERPs) packed into query blocks (cached until `unpersist`)."""
 
     blocks: DataFrame   # BLOCK_SCHEMA rows, state and stats null; one block per partition
     max_rank: int
-    n_serps: int
+    n_serps: int        # training SERPs
     n_blocks: int
+    n_held_out: int = 0
 
     def unpersist(self) -> None:
         self.blocks.unpersist()
@@ -159,11 +173,39 @@ def n_blocks_for(n_serps: int, block_serps: int | None = None) -> int:
     return max(MIN_BLOCKS, math.ceil(n_serps / (block_serps or BLOCK_SERPS)))
 
 
+def checkpointed(df: DataFrame, *, keep_cached: bool = False) -> DataFrame:
+    """``df`` computed once, its lineage cut where a lost executor's partitions are rebuilt from.
+
+    With a checkpoint directory on the SparkContext (``spark.checkpoint_dir``, reliable storage on a
+    cluster) the rows are written there: a lost executor's partitions are read back. Without one they
+    are local checkpoints, kept by the executors that computed them and lost with them (the embedded
+    default). ``keep_cached``: also serve the reliable copy from the executors' cache (read repeatedly).
+    ``df``'s own cache, if any, is released.
+    """
+    if df.sparkSession.sparkContext.getCheckpointDir() is None:
+        out = df.localCheckpoint(eager=True)
+        df.unpersist()
+        return out
+    if not df.is_cached:  # the checkpoint's count fills the cache, its write job reads it: df is computed once
+        df.cache()
+    out = df.checkpoint(eager=True)
+    df.unpersist()
+    return out.cache() if keep_cached else out
+
+
 def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None) -> PackedLog:
-    """Pack SERPs (serp_id, query_id, doc_ids, clicks; lists already cut to ``max_rank``)."""
+    """Pack SERPs (serp_id, query_id, doc_ids, clicks, optional held_out; lists already cut to ``max_rank``).
+
+    Held-out SERPs (``held_out`` true: the valid split) are packed beside the
+    training SERPs of their query, so a fit scores them in the same pass.
+    """
     M = int(max_rank)
-    n_serps = prep.count()
-    n_blocks = n_blocks_for(n_serps, block_serps)
+    if "held_out" not in prep.columns:
+        prep = prep.withColumn("held_out", F.lit(False))
+    counts = prep.groupBy().agg(F.count(F.lit(1)).alias("all"),
+                                F.count(F.when(F.col("held_out"), 1)).alias("held_out")).first()
+    n_serps, n_held_out = int(counts["all"]) - int(counts["held_out"]), int(counts["held_out"])
+    n_blocks = n_blocks_for(n_serps + n_held_out, block_serps)
 
     def pack(key, pdf: pd.DataFrame) -> pd.DataFrame:
         data, keys = pack_block(pdf, M)
@@ -172,13 +214,13 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None) -> 
 
     block_of = F.pmod(F.xxhash64(F.lit("clickeval-block"), F.col("query_id")), F.lit(n_blocks)).cast("int")
     blocks = (
-        prep.select("serp_id", "query_id", "doc_ids", "clicks", block_of.alias("block"))
+        prep.select("serp_id", "query_id", "doc_ids", "clicks", "held_out", block_of.alias("block"))
         .groupBy("block").applyInPandas(pack, BLOCK_SCHEMA)
         # one block per task in every iteration: range partitioning on the block number
         .repartitionByRange(n_blocks, "block")
-        .localCheckpoint(eager=True)
     )
-    return PackedLog(blocks=blocks, max_rank=M, n_serps=n_serps, n_blocks=n_blocks)
+    blocks = checkpointed(blocks, keep_cached=True)
+    return PackedLog(blocks=blocks, max_rank=M, n_serps=n_serps, n_blocks=n_blocks, n_held_out=n_held_out)
 
 
 # ---------------------------------------------------------------------------
@@ -186,13 +228,16 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None) -> 
 # ---------------------------------------------------------------------------
 
 def stats_layout(model: ClickModel, M: int) -> list[tuple[str, int]]:
-    """(name, length) of the sections of a block's stats vector, in order.
+    """(name, length) of the sections of one candidate's stats vector, in order.
 
-    ll: the block's summed per-SERP log-likelihood under the input parameters;
-    n: its SERP count; pool_<p>: pooled (num, den) of qd parameter p;
+    ll: summed per-SERP log-likelihood of the training SERPs under the pass's
+    parameters; n: their count; ll_valid / n_valid: summed log-likelihood and
+    position count of the held-out (valid) SERPs; lp: log prior density of the
+    block's qd values; pool_<p>: pooled (num, den) of qd parameter p;
     <global>: (num..., den...) of each global parameter, flattened.
     """
-    layout = [("ll", 1), ("n", 1)] + [(f"pool_{p}", 2) for p in model.qd_params]
+    layout = [("ll", 1), ("n", 1), ("ll_valid", 1), ("n_valid", 1), ("lp", 1)]
+    layout += [(f"pool_{p}", 2) for p in model.qd_params]
     layout += [(name, 2 * int(np.prod(shape))) for name, shape in sorted(model.global_shapes(M).items())]
     return layout
 
@@ -206,66 +251,120 @@ def split_stats(model: ClickModel, M: int, vec: np.ndarray) -> dict[str, np.ndar
 
 
 def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray, pair: np.ndarray,
-             n_pairs: int, state: np.ndarray, *, estep: bool = True,
+             n_pairs: int, state: np.ndarray | None, update: tuple[np.ndarray, np.ndarray] | None = None, *,
+             n_train: int | None = None, estep: bool = True,
              slice_rows: int = SLICE_ROWS) -> tuple[np.ndarray, np.ndarray]:
-    """E-step over a block with the given parameters, then the M-step of its qd parameters.
+    """One EM pass over a block: the qd M-step of the last E-step, then the LL and a new E-step.
 
-    Returns (new_state, stats vector in `stats_layout` order). With ``estep`` False
-    only the log-likelihood is computed and the state comes back unchanged.
-    A qd parameter whose denominator is 0 keeps its value (as in PyClick).
+    ``state`` is float64 (3, P, n_pairs): the pairs' current values, and the
+    num / den of the last E-step (None: the start, every value ``INIT_VALUE``).
+    ``update`` = (k, m), each (P,), applies that M-step first as a posterior mode
+    (`priors.posterior_mode`; m is the pooled mean the driver computed from every
+    block's sums); None leaves the values as they are. The M-step is deferred to
+    the next pass because m needs the whole log's sums. Pairs without a training
+    impression (seen only in held-out SERPs) get m.
+
+    The first ``n_train`` SERPs (default all) are training data: they give the
+    E-step's sums and the training LL. The rest are held out (the valid split):
+    scored only. With ``estep`` False nothing new is estimated.
+    Returns (new state, stats vector in `stats_layout` order).
     """
     B, M = clicks.shape
+    n_train = B if n_train is None else n_train
     params = model.qd_params
+    P = len(params)
     shapes = dict(sorted(model.global_shapes(M).items()))
     mask = pair >= 0
     index = np.where(mask, pair, 0)
-    qd_num = np.zeros((len(params), n_pairs))
-    qd_den = np.zeros((len(params), n_pairs))
-    g_num = {k: np.zeros(s) for k, s in shapes.items()}
-    g_den = {k: np.zeros(s) for k, s in shapes.items()}
-    ll = 0.0
-    for lo in range(0, B, slice_rows):
-        c, m, ix = clicks[lo:lo + slice_rows], mask[lo:lo + slice_rows], index[lo:lo + slice_rows]
-        qd = {p: state[j][ix] for j, p in enumerate(params)}
-        ll += float(log_likelihood(model.cond_probs(qd, g, c, m), c, m).sum())
+    if state is None:
+        values, num_prev, den_prev = np.full((P, n_pairs), INIT_VALUE), np.zeros((P, n_pairs)), np.zeros((P, n_pairs))
+    else:
+        values, num_prev, den_prev = state[0], state[1], state[2]
+    lp = 0.0
+    if update is not None and P:
+        k, m = (np.asarray(a, dtype=np.float64)[:, None] for a in update)
+        seen = np.bincount(index[:n_train][mask[:n_train]], minlength=n_pairs) > 0
+        values = np.where(seen[None, :], posterior_mode(num_prev, den_prev, values, k, m), m)
+        lp = log_prior(values[:, seen], k, m)
+    qd_num = np.zeros((P, n_pairs))
+    qd_den = np.zeros((P, n_pairs))
+    g_num = {k_: np.zeros(s) for k_, s in shapes.items()}
+    g_den = {k_: np.zeros(s) for k_, s in shapes.items()}
+    ll = ll_valid = 0.0
+    # training slices, then held-out slices: a slice never mixes the two
+    bounds = [(lo, min(lo + slice_rows, n_train)) for lo in range(0, n_train, slice_rows)]
+    bounds += [(lo, min(lo + slice_rows, B)) for lo in range(n_train, B, slice_rows)]
+    for lo, hi in bounds:
+        c, m_, ix = clicks[lo:hi], mask[lo:hi], index[lo:hi]
+        qd = {p: values[j][ix] for j, p in enumerate(params)}
+        part = float(log_likelihood(model.cond_probs(qd, g, c, m_), c, m_).sum())
+        if lo >= n_train:
+            ll_valid += part
+            continue
+        ll += part
         if not estep:
             continue
-        st = model.expected_stats(qd, g, c, m)
-        flat = ix[m]
+        st = model.expected_stats(qd, g, c, m_)
+        flat = ix[m_]
         for j, p in enumerate(params):
             num, den = st.qd[p]
-            qd_num[j] += np.bincount(flat, weights=np.broadcast_to(num, m.shape)[m], minlength=n_pairs)
-            qd_den[j] += np.bincount(flat, weights=np.broadcast_to(den, m.shape)[m], minlength=n_pairs)
-        for k, s in shapes.items():
-            num, den = st.glob[k]
-            g_num[k] += np.broadcast_to(np.asarray(num, dtype=np.float64), s)
-            g_den[k] += np.broadcast_to(np.asarray(den, dtype=np.float64), s)
-    new_state = np.where(qd_den > 0, qd_num / np.where(qd_den > 0, qd_den, 1.0), state) if estep else state
-    parts = [np.array([ll, float(B)])]
-    parts += [np.array([qd_num[j].sum(), qd_den[j].sum()]) for j in range(len(params))]
-    parts += [np.concatenate([g_num[k].ravel(), g_den[k].ravel()]) for k in shapes]
+            qd_num[j] += np.bincount(flat, weights=np.broadcast_to(num, m_.shape)[m_], minlength=n_pairs)
+            qd_den[j] += np.bincount(flat, weights=np.broadcast_to(den, m_.shape)[m_], minlength=n_pairs)
+        for k_, s in shapes.items():
+            num, den = st.glob[k_]
+            g_num[k_] += np.broadcast_to(np.asarray(num, dtype=np.float64), s)
+            g_den[k_] += np.broadcast_to(np.asarray(den, dtype=np.float64), s)
+    if not estep:
+        qd_num, qd_den = num_prev, den_prev
+    new_state = np.stack([values, qd_num, qd_den])
+    parts = [np.array([ll, float(n_train), ll_valid, float(mask[n_train:].sum()), lp])]
+    parts += [np.array([qd_num[j].sum(), qd_den[j].sum()]) for j in range(P)]
+    parts += [np.concatenate([g_num[k_].ravel(), g_den[k_].ravel()]) for k_ in shapes]
     return new_state, np.concatenate(parts)
 
 
 # ---------------------------------------------------------------------------
-# Spark side: one iteration, and the qd table at the end
+# Spark side: one pass for several candidate fits, and the qd table at the end
 # ---------------------------------------------------------------------------
 
-def _iteration_fn(model: ClickModel, g: Mapping[str, np.ndarray], estep: bool):
-    n_params = len(model.qd_params)
-    g = {k: np.asarray(v, dtype=np.float64) for k, v in g.items()}
+@dataclass(frozen=True)
+class PassPlan:
+    """What one candidate fit does in a pass.
+
+    mode: "step" (M-step of ``update``, LL, E-step), "score" (M-step, LL only:
+    the final pass) or "hold" (converged: state kept, nothing computed).
+    """
+
+    mode: str
+    g: Mapping[str, np.ndarray]
+    update: tuple[np.ndarray, np.ndarray] | None
+
+
+def _iteration_fn(model: ClickModel, plans: list[PassPlan]):
+    P = len(model.qd_params)
+    plans = [PassPlan(p.mode, {k: np.asarray(v, dtype=np.float64) for k, v in p.g.items()}, p.update)
+             for p in plans]
+    C = len(plans)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             states, stats = [], []
             data_col, state_col = batch.column("data"), batch.column("state")
             for i in range(batch.num_rows):
-                clicks, pair, n_pairs = decode_data(data_col[i].as_buffer())
+                clicks, pair, n_pairs, n_train = decode_data(data_col[i].as_buffer())
                 old = state_col[i]
-                state = decode_state(old.as_buffer() if old.is_valid else None, n_params, n_pairs)
-                new_state, vec = em_block(model, g, clicks, pair, n_pairs, state, estep=estep)
-                states.append(np.ascontiguousarray(new_state).tobytes())
+                state = decode_state(old.as_buffer() if old.is_valid else None, C, P, n_pairs)
+                size = sum(n for _, n in stats_layout(model, clicks.shape[1]))
+                new, vec = np.empty((C, 3, P, n_pairs)), np.zeros(C * size)
+                for c, plan in enumerate(plans):
+                    if plan.mode == "hold":   # only after a first pass: the state exists
+                        new[c] = state[c]
+                        continue
+                    new[c], vec[c * size:(c + 1) * size] = em_block(
+                        model, plan.g, clicks, pair, n_pairs, None if state is None else state[c], plan.update,
+                        n_train=n_train, estep=plan.mode == "step")
                 stats.append(vec.tobytes())
+                states.append(new.tobytes())
             yield pa.RecordBatch.from_arrays(
                 [batch.column("block"), data_col, batch.column("keys"),
                  pa.array(states, pa.binary()), pa.array(stats, pa.binary())],
@@ -274,29 +373,33 @@ def _iteration_fn(model: ClickModel, g: Mapping[str, np.ndarray], estep: bool):
     return run
 
 
-def run_iteration(blocks: DataFrame, model: ClickModel, g: Mapping[str, np.ndarray], M: int,
-                  estep: bool = True) -> tuple[DataFrame, dict[str, np.ndarray]]:
-    """One pass over the blocks; returns (new blocks, summed stats by section).
+def run_iteration(blocks: DataFrame, model: ClickModel, plans: list[PassPlan],
+                  M: int) -> tuple[DataFrame, list[dict[str, np.ndarray] | None]]:
+    """One pass over the blocks for every candidate; returns (new blocks, summed stats per candidate).
 
-    With ``estep`` the new blocks are materialised (cached) for the next pass; an
-    LL-only pass keeps nothing. The per-block vectors are added in block order, so
-    the sums do not depend on which task finished first.
+    The new blocks are materialised (cached) for the next pass or the qd table;
+    the caller unpersists the previous pass's blocks once these are in place.
+    A held candidate's sums are None. The per-block vectors are added in block
+    order, so the sums do not depend on which task finished first.
     """
     # cache + collect: the collect of the stats is the one job that also fills the cache
-    # with the new blocks (a checkpoint would be a second job per pass). The caller
-    # unpersists the previous pass's blocks once this one is in place.
-    out = blocks.mapInArrow(_iteration_fn(model, g, estep), BLOCK_SCHEMA)
-    if estep:
-        out = out.cache()
+    # with the new blocks (a checkpoint would be a second job per pass)
+    out = blocks.mapInArrow(_iteration_fn(model, plans), BLOCK_SCHEMA).cache()
     rows = sorted(out.select("block", "stats").collect(), key=lambda r: r["block"])
-    total = np.zeros(sum(size for _, size in stats_layout(model, M)))
+    size = sum(n for _, n in stats_layout(model, M))
+    total = np.zeros(len(plans) * size)
     for r in rows:
         total = total + np.frombuffer(r["stats"], dtype=np.float64)
-    return out, split_stats(model, M, total)
+    return out, [None if plan.mode == "hold" else split_stats(model, M, total[c * size:(c + 1) * size])
+                 for c, plan in enumerate(plans)]
 
 
-def qd_table(blocks: DataFrame, model: ClickModel) -> DataFrame:
-    """The fitted qd parameters as rows: query_id, doc_id, one double per qd param, n_obs double."""
+def qd_table(blocks: DataFrame, model: ClickModel, candidate: int = 0) -> DataFrame:
+    """One candidate's fitted qd parameters as rows: query_id, doc_id, one double per qd param, n_obs double.
+
+    Only pairs with a training impression (n_obs > 0): pairs seen only in held-out
+    SERPs are not estimates.
+    """
     params = list(model.qd_params)
     schema = T.StructType([T.StructField("query_id", T.StringType()), T.StructField("doc_id", T.StringType())]
                           + [T.StructField(p, T.DoubleType()) for p in params]
@@ -306,33 +409,40 @@ def qd_table(blocks: DataFrame, model: ClickModel) -> DataFrame:
         for batch in batches:
             for i in range(batch.num_rows):
                 keys = decode_keys(batch.column("keys")[i].as_buffer())
-                cell = batch.column("state")[i]
-                state = decode_state(cell.as_buffer() if cell.is_valid else None, len(params), keys.num_rows)
+                n_obs = keys.column("n_obs").to_numpy()
+                state = np.frombuffer(batch.column("state")[i].as_buffer(), dtype=np.float64)
+                values = state.reshape(-1, 3, len(params), keys.num_rows)[candidate, 0]
+                train = pa.array(n_obs > 0)
                 yield pa.RecordBatch.from_arrays(
-                    [keys.column("query_id").combine_chunks(), keys.column("doc_id").combine_chunks()]
-                    + [pa.array(state[j]) for j in range(len(params))]
-                    + [pa.array(keys.column("n_obs").to_numpy().astype(np.float64))],
+                    [keys.column("query_id").combine_chunks().filter(train),
+                     keys.column("doc_id").combine_chunks().filter(train)]
+                    + [pa.array(values[j][n_obs > 0]) for j in range(len(params))]
+                    + [pa.array(n_obs[n_obs > 0].astype(np.float64))],
                     names=schema.fieldNames())
 
     return blocks.select("keys", "state").mapInArrow(run, schema)
 
 
-def global_params(model: ClickModel, M: int, sums: Mapping[str, np.ndarray],
-                  old: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """M-step of the global parameters from summed (num..., den...) sections."""
-    out = {}
+def global_params(model: ClickModel, M: int, sums: Mapping[str, np.ndarray], old: Mapping[str, np.ndarray],
+                  prior: Mapping[str, FamilyPrior], frozen_means: Mapping[str, np.ndarray] | None = None,
+                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """M-step of the global parameters from summed (num..., den...) sections, as posterior modes.
+
+    Returns (values, prior means m): a pooled family's m is its rank's pooled mean, or its
+    entry in ``frozen_means`` once the warm-up has fixed it.
+    """
+    out, means = {}, {}
     for name, shape in sorted(model.global_shapes(M).items()):
         size = int(np.prod(shape))
-        num, den = sums[name][:size], sums[name][size:]
-        prev = np.broadcast_to(np.asarray(old[name], dtype=np.float64), shape).ravel()
-        out[name] = np.where(den > 0, num / np.where(den > 0, den, 1.0), prev).reshape(shape)
-    return out
-
-
-def pooled_prior(model: ClickModel, sums: Mapping[str, np.ndarray]) -> dict[str, float]:
-    """Value for unseen pairs: pooled sum(num) / sum(den) of each qd parameter."""
-    out = {}
-    for p in model.qd_params:
-        num, den = sums[f"pool_{p}"]
-        out[p] = float(num / den) if den > 0 else INIT_VALUE
-    return out
+        num, den = sums[name][:size].reshape(shape), sums[name][size:].reshape(shape)
+        prev = np.broadcast_to(np.asarray(old[name], dtype=np.float64), shape)
+        fam = prior[name]
+        if frozen_means is not None and name in frozen_means:
+            m = frozen_means[name]
+        elif fam.m is None and fam.k > 0:
+            m = pooled_rank_means(num, den)
+        else:
+            m = np.asarray(INIT_VALUE if fam.m is None else fam.m)
+        out[name] = posterior_mode(num, den, prev, fam.k, m)
+        means[name] = m
+    return out, means

@@ -12,7 +12,12 @@ prev_click_rank, value, n_obs):
 - scalar globals: every key null; a fixed-length vector whose size does not
   depend on M (CCM's tau, shape (3,)) is stored as scalars named
   ``<name><i>``, i = 1.. (tau1, tau2, tau3);
-- priors for unseen pairs: param ``prior_<name>``, every key null.
+- the prior (every key null), enough to reproduce the estimator
+  (models/priors.py): ``prior_<family>`` = its mean m (for a qd family, the
+  value of (query, doc) pairs unseen in training; for a global family only
+  when it has a prior, one row per rank (rank set) when m is pooled per rank),
+  ``prior_strength_<family>`` = its strength k (0: plain ratio), and one row
+  ``prior_kind:<none|pyclick|beta|mixed>`` of value 1.
 
 Global and prior rows are built on the driver (a few hundred at most); qd rows
 never leave Spark.
@@ -25,6 +30,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from clickeval_spark.models.base import ClickModel
+from clickeval_spark.models.priors import is_per_rank
 from clickeval_spark import tables
 from clickeval_spark.models.spark_em import FittedModel
 
@@ -32,11 +38,8 @@ from clickeval_spark.models.spark_em import FittedModel
 MODEL_PARAMS_SCHEMA = tables.MODEL_PARAMS.simpleString()
 _COLS = tables.MODEL_PARAMS.fieldNames()
 PRIOR_PREFIX = "prior_"
-
-
-def _is_per_rank(model: ClickModel, name: str, M: int) -> bool:
-    """True if the parameter's shape grows with the list length (its axes are ranks)."""
-    return model.global_shapes(M)[name] != model.global_shapes(M + 1)[name]
+STRENGTH_PREFIX = "prior_strength_"
+KIND_PREFIX = "prior_kind:"
 
 
 def _global_rows(run_id: str, model: ClickModel, name: str, arr: np.ndarray, M: int) -> list[tuple]:
@@ -44,7 +47,7 @@ def _global_rows(run_id: str, model: ClickModel, name: str, arr: np.ndarray, M: 
     m = model.name
     if arr.ndim == 0:
         return [(run_id, m, name, None, None, None, None, float(arr), None)]
-    if arr.ndim == 1 and not _is_per_rank(model, name, M):
+    if arr.ndim == 1 and not is_per_rank(model, name, M):
         return [(run_id, m, f"{name}{i + 1}", None, None, None, None, float(v), None)
                 for i, v in enumerate(arr)]
     if arr.ndim == 1:
@@ -64,6 +67,17 @@ def to_param_rows(fitted: FittedModel, run_id: str) -> DataFrame:
         small += _global_rows(run_id, fitted.model, g_name, arr, fitted.max_rank)
     for p, v in sorted(fitted.prior.items()):
         small.append((run_id, name, PRIOR_PREFIX + p, None, None, None, None, float(v), None))
+    spec = fitted.prior_spec
+    if spec:
+        small.append((run_id, name, KIND_PREFIX + spec["kind"], None, None, None, None, 1.0, None))
+        for family, f in sorted(spec["families"].items()):
+            small.append((run_id, name, STRENGTH_PREFIX + family, None, None, None, None, float(f["k"]), None))
+            if family in fitted.prior:
+                continue
+            means = f["m"] if isinstance(f["m"], list) else [f["m"]]
+            for r, m in enumerate(means):
+                rank = r + 1 if isinstance(f["m"], list) else None
+                small.append((run_id, name, PRIOR_PREFIX + family, None, None, rank, None, float(m), None))
     out = spark.createDataFrame(small, MODEL_PARAMS_SCHEMA)
     for p in fitted.model.qd_params:
         rows = fitted.qd.select(
@@ -96,12 +110,26 @@ def from_param_rows(df: DataFrame, model: ClickModel, run_id: str, max_rank: int
     glob = {k: np.full(s, np.nan) for k, s in shapes.items()}
     # fixed-length vectors stored as scalars <name><i>
     scalar_slots = {f"{k}{i + 1}": (k, i) for k, s in shapes.items()
-                    if len(s) == 1 and not _is_per_rank(model, k, M) for i in range(s[0])}
+                    if len(s) == 1 and not is_per_rank(model, k, M) for i in range(s[0])}
     prior: dict[str, float] = {}
+    spec: dict = {"kind": None, "families": {}}
     for r in glob_rows:
         param = r["param"]
-        if param.startswith(PRIOR_PREFIX) and param[len(PRIOR_PREFIX):] in params:
+        if param.startswith(KIND_PREFIX):
+            spec["kind"] = param[len(KIND_PREFIX):]
+        elif param.startswith(STRENGTH_PREFIX):
+            spec["families"].setdefault(param[len(STRENGTH_PREFIX):], {})["k"] = float(r["value"])
+        elif param.startswith(PRIOR_PREFIX) and param[len(PRIOR_PREFIX):] in shapes:
+            fam = spec["families"].setdefault(param[len(PRIOR_PREFIX):], {})
+            if r["rank"] is None:
+                fam["m"] = float(r["value"])
+            else:   # pooled per rank: a list, rank 1 first
+                ranks = fam.setdefault("m", [])
+                ranks.extend([None] * (r["rank"] - len(ranks)))
+                ranks[r["rank"] - 1] = float(r["value"])
+        elif param.startswith(PRIOR_PREFIX) and param[len(PRIOR_PREFIX):] in params:
             prior[param[len(PRIOR_PREFIX):]] = float(r["value"])
+            spec["families"].setdefault(param[len(PRIOR_PREFIX):], {})["m"] = float(r["value"])
         elif param in scalar_slots:
             k, i = scalar_slots[param]
             glob[k][i] = r["value"]
@@ -128,4 +156,5 @@ def from_param_rows(df: DataFrame, model: ClickModel, run_id: str, max_rank: int
         )
     else:
         qd = df.sparkSession.createDataFrame([], "query_id string, doc_id string, n_obs double")
-    return FittedModel(model=model, max_rank=M, qd=qd, glob=glob, prior=prior, history=[])
+    return FittedModel(model=model, max_rank=M, qd=qd, glob=glob, prior=prior, history=[],
+                       prior_spec=spec if spec["kind"] else {})

@@ -15,38 +15,55 @@ this module and `clickeval_spark.models.blocks` only move arrays in and sums out
    / global sums, the LL sum, the SERP count, the pooled qd sums) and passes the
    new global parameters to the next pass.
 3. At the end the qd parameters are unpacked into a DataFrame (`blocks.qd_table`,
-   local-checkpointed): per-query state never goes through the driver.
+   checkpointed: `blocks.checkpointed`): per-query state never goes through the driver.
 
 The per-(query, doc) join machinery below (`attach_qd`) is what predict and the
 sampler use to bring fitted parameters to SERPs they score.
 
-Prior for unseen pairs: for every qd parameter, ``prior[p]`` is the pooled ratio
-sum(num_p) / sum(den_p) over all impressions of all training pairs in the final
-pass's statistics (the pass that produced the returned parameters), i.e. the
-value a pair would get if every pair shared one parameter. It falls back to
-``INIT_VALUE`` (0.5) if that denominator is 0. `predict_clicks` and
-`sample_serps` use it for every (query, doc) pair absent from the qd table.
-``n_obs`` counts a pair's impressions at ranks <= max_rank.
+Estimator: maximum a posteriori (models/priors.py). Every M-step is the
+posterior mode (num + k m) / (den + k) of its family's Beta prior; the qd
+M-step of pass t runs at the start of pass t + 1, where the pooled mean m of
+the whole log's pass-t sums is known. With ``k: auto`` one candidate fit per
+strength of the grid runs in the same passes (each task runs one E-step per
+candidate: one Spark job per pass whatever the grid), the held-out SERPs packed
+beside the training ones are scored in every pass, and the candidate with the
+best held-out LL per position is the fit. Without held-out SERPs the auto
+strength is ``priors.DEFAULT_K``.
 
-M-step where a denominator is 0 (a parameter the data says nothing about, e.g.
-a DBN satisfaction of a never-clicked pair): the parameter keeps its previous
-value (0.5 for a pair's first estimate), as in PyClick.
+Pooled means are hyperparameters, estimated during a warm-up: m follows the
+fit's pooled estimate while the candidate's held-out LL improves (at most
+``prior_warmup`` passes, the whole rule without held-out SERPs) and is then
+fixed. A pooled m that kept following the fit would slide along the ridge where
+examination and attractiveness trade scale (PBM, UBM): the log posterior would
+never settle and held-out LL would fall again with more passes. With m fixed
+the log posterior is one objective, which EM never decreases, and ``tol``
+compares it from the first pass after the freeze.
 
-Log-likelihood: ``history`` holds ``(iteration, train_ll, seconds)`` where
+Unseen pairs: every qd family's m (the pooled estimate for beta and none,
+0.5 for pyclick), recorded as ``prior[p]``: `predict_clicks` and `sample_serps`
+use it for every (query, doc) pair absent from the qd table. ``n_obs`` counts a
+pair's training impressions at ranks <= max_rank. With k = 0 (the plain MLE) a
+parameter whose denominator is 0 keeps its previous value, as in PyClick.
+
+History: ``history`` holds ``(iteration, train_ll, seconds)`` where
 ``train_ll`` is the MEAN PER-SERP log-likelihood (natural log, sum over the
 SERP's ranks of log P(C_r = c_r | clicks above), probabilities clipped to
 [1e-6, 1 - 1e-6]) of the training log under the parameters that iteration
 produced, and ``seconds`` the wall time of that iteration's pass. Iteration 0 is
 the starting point (every parameter 0.5, 0 seconds). The LL of iteration i's
-parameters is computed by the next pass's E-step; one extra LL-only pass after
-the loop evaluates the final parameters. With ``tol`` the loop stops
-after the pass whose input LL differs from the previous one by less than
-``tol`` (per SERP); the parameters that pass produced are kept.
+parameters is computed by the next pass; one extra scoring pass after the loop
+evaluates the final parameters. ``log_posterior`` adds the Beta log densities
+(k m ln v + k (1 - m) ln(1 - v) per parameter with a prior) to each LL. With
+``tol`` a candidate stops after the pass whose input log posterior per SERP
+differs from the previous one by less than ``tol``, both under the same prior
+(from iteration 1 on with fixed means: iteration 0 has no prior term; after the
+warm-up with pooled ones); the parameters that pass produced are kept.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -58,8 +75,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from clickeval_spark.models.base import INIT_VALUE, ClickModel
-from clickeval_spark.models.blocks import (PackedLog, global_params, pack_log, pooled_prior,
-                                           qd_table, run_iteration)
+from clickeval_spark.models.blocks import (PackedLog, PassPlan, checkpointed, global_params, pack_log, qd_table,
+                                           run_iteration)
+from clickeval_spark.models.priors import (DEFAULT_K, DEFAULT_K_GRID, DEFAULT_WARMUP, ModelPrior, log_prior,
+                                           model_prior, pooled_mean)
 
 _log = logging.getLogger(__name__)
 
@@ -74,8 +93,7 @@ class FittedModel:
              qd parameters.
     glob:    per-rank / global parameters, shapes ``model.global_shapes(max_rank)``.
     prior:   qd parameter -> value used for (query, doc) pairs unseen in
-             training: pooled sum(num) / sum(den) over all training pairs from
-             the final pass's statistics (see the module docstring).
+             training: its family's prior mean m (see the module docstring).
     history: (iteration, mean per-SERP training LL, seconds); iteration 0 is the
              starting point.
     """
@@ -86,6 +104,14 @@ class FittedModel:
     glob: dict[str, np.ndarray]
     prior: dict[str, float]
     history: list[tuple[int, float, float]] = field(default_factory=list)
+    #: the estimator, enough to reproduce the fit: kind, and per family with a prior its k and m
+    prior_spec: dict = field(default_factory=dict)
+    #: `k: auto`: every candidate strength's valid LL per position and the choice (None otherwise)
+    selection: dict | None = None
+    #: log posterior per training SERP, per history entry (LL + log prior density)
+    log_posterior: list[float] = field(default_factory=list)
+    #: LL per position of the held-out SERPs packed with the log (None without)
+    valid_ll: float | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -282,70 +308,186 @@ def batch_arrays(pdf: pd.DataFrame, M: int, params: Sequence[str]):
 # the driver
 # ---------------------------------------------------------------------------
 
-def pack_serps(serps: DataFrame, max_rank: int = 10, block_serps: int | None = None) -> PackedLog:
-    """The training SERPs (`truncate_serps`'s rule) packed into query blocks, once for any number of fits."""
-    return pack_log(truncate_serps(serps, max_rank, keep=("serp_id",)), max_rank, block_serps)
+def pack_serps(serps: DataFrame, max_rank: int = 10, block_serps: int | None = None,
+               held_out: DataFrame | None = None) -> PackedLog:
+    """The training SERPs (`truncate_serps`'s rule) packed into query blocks, once for any number of fits.
+
+    ``held_out`` SERPs (the valid split) ride along in the same blocks: every fit
+    scores them at no extra Spark job, which is how `k: auto` picks a prior strength.
+    """
+    prep = truncate_serps(serps, max_rank, keep=("serp_id",)).withColumn("held_out", F.lit(False))
+    if held_out is not None:
+        prep = prep.unionByName(truncate_serps(held_out, max_rank, keep=("serp_id",))
+                                .withColumn("held_out", F.lit(True)))
+    return pack_log(prep, max_rank, block_serps)
+
+
+@dataclass
+class _Candidate:
+    """One fit of the lockstep EM: a fully resolved prior and its running state."""
+
+    prior: ModelPrior
+    g: dict[str, np.ndarray]
+    g_means: dict[str, np.ndarray] = field(default_factory=dict)   # the prior means that produced g
+    update: tuple[np.ndarray, np.ndarray] | None = None
+    unseen: dict[str, float] = field(default_factory=dict)
+    history: list[tuple[int, float, float]] = field(default_factory=list)
+    posterior: list[float] = field(default_factory=list)
+    compare_from: int | None = None   # first posterior entry under the final prior (None: m still moving)
+    valid_ll: float = float("nan")
+    active: bool = True
+    done: int = 0
+    pending_secs: float = 0.0   # wall time of the pass that produced the current parameters
+
+    @property
+    def label(self) -> str:
+        ks = sorted({f.k for f in self.prior.qd.values()})
+        return "k=" + ",".join(f"{k:g}" for k in ks) if ks else "-"
+
+
+def _qd_update(cand: _Candidate, model: ClickModel, sums: dict[str, np.ndarray], frozen: bool) -> None:
+    """The next pass's qd M-step: (k, m) per family, m pooled from these sums where not fixed
+    (or, once ``frozen``, the pooled m the warm-up ended with)."""
+    params = model.qd_params
+    k, m = cand.prior.qd_arrays(params)
+    if frozen and cand.update is not None:
+        pooled = cand.update[1]
+    else:
+        pooled = np.array([pooled_mean(*sums[f"pool_{p}"]) for p in params])
+    m = np.where(np.isnan(m), pooled, m)
+    cand.update = (k, m)
+    cand.unseen = {p: float(m[j]) for j, p in enumerate(params)}
 
 
 def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20, tol: float | None = None,
-        max_rank: int = 10, logger: logging.Logger | None = None) -> FittedModel:
+        max_rank: int = 10, prior: ModelPrior | None = None, k_grid: Sequence[float] = DEFAULT_K_GRID,
+        prior_warmup: int = DEFAULT_WARMUP, logger: logging.Logger | None = None,
+        checkpoint_interval: int = 10) -> FittedModel:
     """Fit ``model`` on canonical ``serps`` rows (every row is training data) or an already packed log.
 
     Ranks beyond ``max_rank`` are ignored (a packed log keeps its own);
     shorter lists are masked. All parameters start at ``INIT_VALUE``;
-    ``model.iterative`` False means one counting pass. See the module docstring
-    for the LL reported in ``history``, the stopping rule and the prior of
-    unseen pairs.
+    ``model.iterative`` False means one counting pass. ``prior`` (default:
+    `priors.model_prior`'s beta prior with ``k: auto``) makes every M-step a
+    posterior mode; its auto families get one candidate fit per strength in
+    ``k_grid`` when the packed log holds held-out SERPs, all in the same passes,
+    and the best valid LL wins (else `priors.DEFAULT_K`). See the module
+    docstring for the history, the stopping rule and unseen pairs.
+
+    Every ``checkpoint_interval``-th pass's blocks are checkpointed (as ALS's
+    ``checkpointInterval``): with a checkpoint directory on the SparkContext to
+    reliable storage, so a lost executor's cached blocks are recomputed from the
+    last checkpoint, not from pass 1; without one locally, which at least cuts
+    the lineage that grows by one stage per pass.
     """
     if iterations < 1:
         raise ValueError("iterations must be >= 1")
+    if checkpoint_interval < 1:
+        raise ValueError("checkpoint_interval must be >= 1")
+    if prior_warmup < 1:
+        raise ValueError("prior_warmup must be >= 1")
     log = logger or _log
     packed = serps if isinstance(serps, PackedLog) else pack_serps(serps, max_rank)
     M = packed.max_rank
     if packed.n_serps == 0:
         raise ValueError("fit: no SERP with a query_id and a non-empty doc list")
     passes = iterations if model.iterative else 1
+    prior = prior or model_prior(model, M)
+    grid = list(k_grid) if prior.auto and packed.n_held_out else [DEFAULT_K]
+    priors = [prior.with_k(k) for k in grid] if prior.auto else [prior]
+    init = {k: np.asarray(v, dtype=np.float64) for k, v in model.init_global(M).items()}
+    cands = [_Candidate(prior=p, g=dict(init), unseen={q: INIT_VALUE for q in model.qd_params}) for p in priors]
+    # pooled prior means are fixed after the warm-up (module docstring); fixed ones have no prior term at iteration 0
+    pooled = any(f.k > 0 and f.m is None for c in cands for f in (*c.prior.qd.values(), *c.prior.glob.values()))
+    for c in cands:
+        c.compare_from = None if pooled else 1 if any(f.k > 0 for f in c.prior.qd.values()) else 0
 
-    blocks = packed.blocks
-    g = {k: np.asarray(v, dtype=np.float64) for k, v in model.init_global(M).items()}
-    prior = {p: INIT_VALUE for p in model.qd_params}
-    history: list[tuple[int, float, float]] = []
-
-    def record(it: int, ll: float, secs: float) -> None:
-        history.append((it, ll, secs))
-        log.info("%s iteration %d: train LL %.6f per SERP, %.2f s", model.name, it, ll, secs)
+    def record(c: _Candidate, it: int, sums: dict[str, np.ndarray], secs: float) -> None:
+        n = packed.n_serps
+        ll = float(sums["ll"][0]) / n
+        lp_glob = sum(log_prior(c.g[name], f.k, c.g_means[name]) for name, f in c.prior.glob.items()
+                      if f.k > 0 and name in c.g_means)
+        c.history.append((it, ll, secs))
+        c.posterior.append((float(sums["ll"][0]) + float(sums["lp"][0]) + lp_glob) / n)
+        if sums["n_valid"][0] > 0:
+            c.valid_ll = float(sums["ll_valid"][0] / sums["n_valid"][0])
+        log.info("%s %s iteration %d: train LL %.6f per SERP, log posterior %.6f, valid LL %.6f per position, "
+                 "prior m %s, %.2f s", model.name, c.label, it, ll, c.posterior[-1], c.valid_ll,
+                 " ".join(f"{p}={m:.4f}" for p, m in c.unseen.items()), secs)
 
     def release(old: DataFrame) -> None:
         if old is not packed.blocks:
             old.unpersist()
 
+    blocks = packed.blocks
     try:
-        done, pending_secs = 0, 0.0
         for it in range(1, passes + 1):
             t0 = time.perf_counter()
-            new_blocks, sums = run_iteration(blocks, model, g, M)
+            plans = [PassPlan("step" if c.active else "hold", c.g, c.update) for c in cands]
+            new_blocks, all_sums = run_iteration(blocks, model, plans, M)
             secs = time.perf_counter() - t0
-            record(it - 1, float(sums["ll"][0]) / packed.n_serps, pending_secs)
-            converged = (tol is not None and len(history) >= 2
-                         and abs(history[-1][1] - history[-2][1]) < tol)
             release(blocks)
             blocks = new_blocks
-            g = global_params(model, M, sums, g)
-            prior = pooled_prior(model, sums)
-            pending_secs, done = secs, it
-            if converged:
-                log.info("%s converged: |dLL| < %g per SERP", model.name, tol)
+            for c, sums in zip(cands, all_sums):
+                if sums is None:
+                    continue
+                valid_before = c.valid_ll
+                record(c, it - 1, sums, c.pending_secs)
+                post = c.posterior
+                converged = (tol is not None and c.compare_from is not None
+                             and len(post) >= 2 + c.compare_from and abs(post[-1] - post[-2]) < tol)
+                if c.compare_from is None and (it > prior_warmup or c.valid_ll < valid_before):
+                    # this pass's update reuses the m that produced the parameters just scored
+                    c.compare_from = len(post) - 1
+                    log.info("%s %s prior means fixed after pass %d: %s", model.name, c.label, it - 1,
+                             " ".join(f"{p}={m:.4f}" for p, m in c.unseen.items()))
+                frozen = c.compare_from is not None and pooled
+                c.g, c.g_means = global_params(model, M, sums, c.g, c.prior.glob,
+                                               c.g_means if frozen else None)
+                _qd_update(c, model, sums, frozen)
+                c.done, c.pending_secs = it, secs
+                if converged:
+                    log.info("%s %s converged: |d log posterior| < %g per SERP", model.name, c.label, tol)
+                    c.active = False
+            if not any(c.active for c in cands):
                 break
+            if it % checkpoint_interval == 0 and it < passes:
+                # past ~80 passes the growing lineage overflows the JVM stack when a task is serialised
+                t0 = time.perf_counter()
+                blocks = checkpointed(blocks)
+                log.info("%s pass %d checkpointed: %.2f s", model.name, it, time.perf_counter() - t0)
         t0 = time.perf_counter()
-        _, sums = run_iteration(blocks, model, g, M, estep=False)
-        log.info("%s final LL pass: %.2f s", model.name, time.perf_counter() - t0)
-        record(done, float(sums["ll"][0]) / packed.n_serps, pending_secs)
+        plans = [PassPlan("score", c.g, c.update) for c in cands]
+        final_blocks, all_sums = run_iteration(blocks, model, plans, M)
+        release(blocks)
+        blocks = final_blocks
+        log.info("%s final pass: %.2f s", model.name, time.perf_counter() - t0)
+        for c, sums in zip(cands, all_sums):
+            record(c, c.done, sums, c.pending_secs)
+        best = max(range(len(cands)), key=lambda i: (cands[i].valid_ll if len(cands) > 1 else 0.0, -i))
+        chosen = cands[best]
+        selection = None
+        if len(cands) > 1:
+            selection = {"grid": [{"k": k, "valid_ll": c.valid_ll, "iterations": c.done}
+                                  for k, c in zip(grid, cands)],
+                         "chosen_k": grid[best], "n_valid_serps": packed.n_held_out}
+            log.info("%s prior strength by valid LL per position: %s -> k=%g", model.name,
+                     ", ".join(f"k={k:g}: {c.valid_ll:.6f}" for k, c in zip(grid, cands)), grid[best])
         if model.qd_params:
-            qd = qd_table(blocks, model).localCheckpoint(eager=True)
+            qd = checkpointed(qd_table(blocks, model, best))
         else:
             qd = packed.blocks.sparkSession.createDataFrame([], "query_id string, doc_id string, n_obs double")
     finally:
         release(blocks)
         if packed is not serps:
             packed.unpersist()
-    return FittedModel(model=model, max_rank=M, qd=qd, glob=g, prior=prior, history=history)
+    spec = {"kind": prior.kind,
+            "families": {**{p: {"k": f.k, "m": chosen.unseen[p], "pooled": f.m is None}
+                            for p, f in chosen.prior.qd.items()},
+                         **{name: {"k": f.k, "m": chosen.g_means[name].ravel().tolist() if f.m is None else f.m,
+                                   "pooled": f.m is None}
+                            for name, f in chosen.prior.glob.items() if f.k > 0}}}
+    return FittedModel(model=model, max_rank=M, qd=qd, glob=chosen.g, prior=dict(chosen.unseen),
+                       history=chosen.history, prior_spec=spec, selection=selection,
+                       log_posterior=chosen.posterior,
+                       valid_ll=None if math.isnan(chosen.valid_ll) else chosen.valid_ll)

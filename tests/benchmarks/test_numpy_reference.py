@@ -13,8 +13,8 @@ import pytest
 
 from benchmarks.numpy_reference import REFERENCES, prev_click_rank
 from clickeval_spark.models import get_model
-from clickeval_spark.models.base import INIT_VALUE
 from clickeval_spark.models.blocks import decode_data, em_block, encode_data, global_params, split_stats
+from clickeval_spark.models.priors import model_prior, pooled_mean
 from tests.models.numpy_em import fit_numpy, simulate
 
 M, B, PAIRS, ITERATIONS = 6, 3000, 90, 4
@@ -46,16 +46,21 @@ def test_reference_equals_the_oracle_and_em_block(name):
     for k in glob_np:
         np.testing.assert_allclose(glob_ref[k], glob_np[k], rtol=0, atol=1e-12, err_msg=k)
 
-    # the Spark task's block step, iterated on one block holding the whole log (via its binary encoding)
-    c, p, n_pairs = decode_data(encode_data(clicks, pair.astype(np.int32), PAIRS))
-    state = np.full((len(model.qd_params), n_pairs), INIT_VALUE)
-    g = model.init_global(M)
+    # the Spark task's block step, iterated on one block holding the whole log (via its binary encoding);
+    # the qd M-step of pass t runs at the start of pass t + 1, so one scoring pass ends the fit
+    c, p, n_pairs, n_train = decode_data(encode_data(clicks, pair.astype(np.int32), PAIRS))
+    assert n_train == B
+    plain = model_prior(model, M, "none")
+    state, update, g = None, None, model.init_global(M)
     for _ in range(ITERATIONS):
-        state, vec = em_block(model, g, c, p, n_pairs, state, slice_rows=700)   # several slices
+        state, vec = em_block(model, g, c, p, n_pairs, state, update, slice_rows=700)   # several slices
         sums = split_stats(model, M, vec)
-        g = global_params(model, M, sums, g)
+        g, _ = global_params(model, M, sums, g, plain.glob)
+        update = (np.zeros(len(model.qd_params)),
+                  np.array([pooled_mean(*sums[f"pool_{q}"]) for q in model.qd_params]))
         assert sums["n"][0] == B
+    state, _ = em_block(model, g, c, p, n_pairs, state, update, estep=False)
     for k in glob_np:
         np.testing.assert_allclose(g[k], glob_np[k], rtol=0, atol=1e-12, err_msg=k)
     for j, q in enumerate(model.qd_params):
-        np.testing.assert_allclose(state[j], qd_np[q], rtol=0, atol=1e-12, err_msg=q)
+        np.testing.assert_allclose(state[0][j], qd_np[q], rtol=0, atol=1e-12, err_msg=q)

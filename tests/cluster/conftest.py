@@ -17,8 +17,8 @@ from tests.cluster.standalone import REPO, StandaloneCluster
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "cluster: starts a Spark standalone cluster on loopback and spark-submits the packaged stages "
-        "(minutes; runs by default, deselect with -m 'not cluster')",
+        "cluster: starts a multi-process Spark cluster on loopback (standalone: spark-submits the packaged "
+        "stages; local-cluster: kills executors mid-fit) (minutes; runs by default, deselect with -m 'not cluster')",
     )
 
 

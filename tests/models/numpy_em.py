@@ -4,6 +4,11 @@ Same estimator as the Spark EM: each iteration runs the model's E-step (or
 counting pass) on the whole log, sums num/den per (query, doc) pair and over the
 log for global parameters, and sets new = num / den.  A parameter whose den is
 0 (pair never seen, rank never used) keeps its previous value.
+
+With a prior (a resolved `priors.ModelPrior`, or a plain {family: (k, m)} dict
+where m None means pooled) every update is the posterior mode, written out here
+on its own: new = (num + k m) / (den + k), m of a pooled qd family = the sum of
+its num over the sum of its den in the same iteration.
 """
 
 from __future__ import annotations
@@ -29,13 +34,30 @@ def total_log_likelihood(model: ClickModel, qd_values: Mapping[str, np.ndarray],
     return float(log_likelihood(model.cond_probs(qd, glob, clicks, mask), clicks, mask).sum())
 
 
+def _family_priors(model: ClickModel, M: int, prior) -> dict[str, tuple[float, float | None]]:
+    families = [*model.qd_params, *model.global_shapes(M)]
+    if prior is None:
+        return {f: (0.0, None) for f in families}
+    if isinstance(prior, dict):
+        return {f: prior.get(f, (0.0, None)) for f in families}
+    fams = {**prior.qd, **prior.glob}
+    return {f: (fams[f].k, fams[f].m) for f in families}
+
+
+def _mode(num, den, prev, k: float, m: float):
+    if k > 0:
+        return (num + k * m) / (den + k)
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), prev)
+
+
 def fit_numpy(model: ClickModel, qd_index: np.ndarray, n_pairs: int, clicks: np.ndarray,
-              mask: np.ndarray, iterations: int, M: int):
-    """Fit ``model`` on a padded log.
+              mask: np.ndarray, iterations: int, M: int, prior=None):
+    """Fit ``model`` on a padded log (every pair index in 0..n_pairs-1 has impressions).
 
     Returns (qd_params: name -> (n_pairs,) array, glob: name -> array,
     ll_history: training log-likelihood after each iteration).
     """
+    fam = _family_priors(model, M, prior)
     clicks = np.asarray(clicks)
     mask = np.asarray(mask, dtype=bool)
     assert clicks.shape == mask.shape == qd_index.shape and clicks.shape[1] == M
@@ -49,12 +71,16 @@ def fit_numpy(model: ClickModel, qd_index: np.ndarray, n_pairs: int, clicks: np.
         for name, (num, den) in stats.qd.items():
             s_num = np.bincount(idx, weights=num[mask], minlength=n_pairs)
             s_den = np.bincount(idx, weights=den[mask], minlength=n_pairs)
-            new_qd[name] = np.where(s_den > 0, s_num / np.where(s_den > 0, s_den, 1.0),
-                                    qd_values[name])
+            k, m = fam[name]
+            m = s_num.sum() / s_den.sum() if m is None else m
+            new_qd[name] = _mode(s_num, s_den, qd_values[name], k, m)
         new_glob = {}
         for name, (num, den) in stats.glob.items():
             num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
-            new_glob[name] = np.where(den > 0, num / np.where(den > 0, den, 1.0), glob[name])
+            k, m = fam[name]
+            if m is None and k > 0:   # pooled per rank: over the other axes of a 2-D per-rank family
+                m = num.sum(axis=1, keepdims=True) / den.sum(axis=1, keepdims=True)
+            new_glob[name] = _mode(num, den, glob[name], k, 0.5 if m is None else m)
         qd_values.update(new_qd)
         glob.update(new_glob)
         history.append(total_log_likelihood(model, qd_values, glob, qd_index, clicks, mask))

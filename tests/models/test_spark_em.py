@@ -24,6 +24,7 @@ from clickeval_spark.models.params_io import MODEL_PARAMS_SCHEMA, from_param_row
 from clickeval_spark.models.predict import PREDICTION_SCHEMA, predict_clicks, relevance_scores
 from clickeval_spark.models.sampling import sample_serps, uniform
 from clickeval_spark.models import blocks, spark_em
+from clickeval_spark.models.priors import model_prior
 from clickeval_spark.models.spark_em import FittedModel, attach_qd, fit
 from tests.models.numpy_em import fit_numpy, gather, simulate, total_log_likelihood
 
@@ -110,19 +111,26 @@ def qd_frame(spark, log, params, values, counts, pairs):
 ITERATIONS = 3
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_fit_matches_numpy_oracle(spark, name):
-    check_fit_matches_numpy_oracle(spark, name)
+#: the default estimator (beta, pooled mean, a fixed strength) for every model; the plain MLE
+#: and PyClick's +1/+2 for a spread of model shapes (per-rank, 2-D per-rank, scalar, counting)
+ORACLE_CASES = ([(name, "beta") for name in sorted(MODELS)]
+                + [(name, kind) for kind in ("none", "pyclick") for name in ("dctr", "pbm", "ubm", "ccm", "dbn", "sdbn")])
 
 
-def check_fit_matches_numpy_oracle(spark, name):
+@pytest.mark.parametrize("name,kind", ORACLE_CASES)
+def test_fit_matches_numpy_oracle(spark, name, kind):
+    check_fit_matches_numpy_oracle(spark, name, kind)
+
+
+def check_fit_matches_numpy_oracle(spark, name, kind="beta"):
     model = get_model(name)
     M = 8
     log = Log(model, n_serps=2000, M=M, seed=11 + len(name))
-    fitted = fit(log.df(spark), model, iterations=ITERATIONS, max_rank=M)
+    prior = model_prior(model, M, kind, 3.0)
+    fitted = fit(log.df(spark), model, iterations=ITERATIONS, max_rank=M, prior=prior)
 
     qd_np, glob_np, hist_np = fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask,
-                                        ITERATIONS, M)
+                                        ITERATIONS, M, prior=prior)
     params = list(model.qd_params)
     pairs, counts = log.seen_pairs()
     if params:
@@ -144,15 +152,18 @@ def check_fit_matches_numpy_oracle(spark, name):
                                rtol=1e-10)
     assert all(h[2] > 0 for h in fitted.history[1:])
 
-    # prior = pooled num / den over all pairs from the final pass's statistics
+    # unseen pairs: pooled num / den over all pairs from the final pass's statistics (PyClick: 0.5)
     if params:
-        qd_in, glob_in = last_input(model, log, n_iter)
+        qd_in, glob_in = last_input(model, log, n_iter, prior)
         stats = model.expected_stats(gather(qd_in, log.qd_index, log.mask), glob_in, log.clicks, log.mask)
         for p in params:
             num, den = stats.qd[p]
-            assert fitted.prior[p] == pytest.approx(num[log.mask].sum() / den[log.mask].sum(), abs=1e-12)
+            pooled = 0.5 if kind == "pyclick" else num[log.mask].sum() / den[log.mask].sum()
+            assert fitted.prior[p] == pytest.approx(pooled, abs=1e-12)
+            assert fitted.prior_spec["families"][p]["k"] == (2.0 if kind == "pyclick" else 3.0 if kind == "beta" else 0.0)
     else:
         assert fitted.prior == {}
+    assert fitted.prior_spec["kind"] == kind
 
 
 # ---------------------------------------------------------------------------
@@ -235,11 +246,11 @@ def test_predict_and_sampling_same_on_both_routes(spark, monkeypatch):
     assert_df_equality(by_map[1], by_join[1], ignore_nullable=True)
 
 
-def last_input(model, log, n_iter):
+def last_input(model, log, n_iter, prior=None):
     """(qd, glob) entering the final iteration: the oracle run one iteration shorter."""
     if n_iter == 1:
         return {p: np.full(log.n_pairs, INIT_VALUE) for p in model.qd_params}, model.init_global(log.M)
-    qd, glob, _ = fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask, n_iter - 1, log.M)
+    qd, glob, _ = fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask, n_iter - 1, log.M, prior)
     return qd, glob
 
 
@@ -255,13 +266,14 @@ def test_fit_tol_stops_early_and_logs(spark, caplog):
     assert tol < abs(hist_np[0] - ll0)
     logger = logging.getLogger("test_spark_em")
     with caplog.at_level(logging.INFO, logger="test_spark_em"):
-        early = fit(log.df(spark), model, iterations=20, tol=tol, max_rank=6, logger=logger)
+        early = fit(log.df(spark), model, iterations=20, tol=tol, max_rank=6, logger=logger,
+                    prior=model_prior(model, 6, "none"))
     assert [h[0] for h in early.history] == [0, 1, 2, 3]
     np.testing.assert_allclose([h[1] for h in early.history], [ll0, *hist_np[:3]], rtol=1e-10)
     lls = [h[1] for h in early.history]
     assert lls[0] < lls[1] < lls[2] < lls[3]             # EM never decreases the LL
     msgs = [r.getMessage() for r in caplog.records]
-    assert any(m.startswith("pbm iteration 3: train LL %.6f per SERP" % lls[3]) for m in msgs), msgs
+    assert any(m.startswith("pbm k=0 iteration 3: train LL %.6f per SERP" % lls[3]) for m in msgs), msgs
     assert any("converged" in m for m in msgs), msgs
 
 

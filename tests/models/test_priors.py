@@ -1,0 +1,173 @@
+"""Beta priors in the M-step (models/priors.py): hand-computed estimators, the log posterior,
+and `k: auto` against a numpy oracle that fits every candidate strength on its own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pyspark.sql import functions as F
+
+from clickeval_spark.config import load_config
+from clickeval_spark.errors import ConfigError
+from clickeval_spark.models import get_model
+from clickeval_spark.models.base import log_likelihood
+from clickeval_spark.models.params_io import from_param_rows, to_param_rows
+from clickeval_spark.models.predict import predict_clicks
+from clickeval_spark.models.priors import model_prior
+from clickeval_spark.models.spark_em import fit, pack_serps
+from tests.models.numpy_em import fit_numpy, gather
+from tests.models.test_spark_em import SERPS_SCHEMA, Log
+
+# q1/d1 shown 3 times, clicked twice; q1/d2 shown once, never clicked; q2/d3 shown twice, clicked once
+DCTR_ROWS = [
+    ("t", "train", "s1", "r1", 1, "q1", ["d1", "d2"], None, [1, 0], None),
+    ("t", "train", "s2", "r2", 1, "q1", ["d1"], None, [1], None),
+    ("t", "train", "s3", "r3", 1, "q1", ["d1"], None, [0], None),
+    ("t", "train", "s4", "r4", 1, "q2", ["d3", "d3"], None, [1, 0], None),
+]
+
+
+@pytest.mark.parametrize("kind,k,expected,unseen", [
+    # plain ratio: the never-clicked pair goes to 0
+    ("none", 1.0, {"d1": 2 / 3, "d2": 0.0, "d3": 1 / 2}, 3 / 6),
+    # PyClick: (clicks + 1) / (shows + 2), unseen pairs 0.5
+    ("pyclick", 1.0, {"d1": 3 / 5, "d2": 1 / 3, "d3": 2 / 4}, 0.5),
+    # beta, k = 2 toward the pooled CTR m = 3 clicks / 6 shows = 0.5 ... and k = 6
+    ("beta", 2.0, {"d1": (2 + 1) / 5, "d2": (0 + 1) / 3, "d3": (1 + 1) / 4}, 0.5),
+    ("beta", 6.0, {"d1": (2 + 3) / 9, "d2": (0 + 3) / 7, "d3": (1 + 3) / 8}, 0.5),
+])
+def test_dctr_estimators_by_hand(spark, kind, k, expected, unseen):
+    fitted = fit(spark.createDataFrame(DCTR_ROWS, SERPS_SCHEMA), get_model("dctr"), iterations=1, max_rank=10,
+                 prior=model_prior(get_model("dctr"), 10, kind, k))
+    got = {r.doc_id: r.alpha for r in fitted.qd.collect()}
+    assert got == pytest.approx(expected, abs=1e-15)
+    assert fitted.prior == pytest.approx({"alpha": unseen}, abs=1e-15)
+    assert fitted.prior_spec["kind"] == kind
+
+
+def test_pbm_pyclick_global_update_by_hand(spark):
+    # one pass of PBM from 0.5: a click at rank 1 gives exam = 1; a skip gives
+    # P(E=1 | C=0) = g(1-a) / (1 - a g) = 1/3. Rank 1: clicked twice, skipped once.
+    rows = [("t", "train", f"s{i}", f"r{i}", 1, "q", ["a"], None, [c], None) for i, c in enumerate([1, 1, 0])]
+    fitted = fit(spark.createDataFrame(rows, SERPS_SCHEMA), get_model("pbm"), iterations=1, max_rank=1,
+                 prior=model_prior(get_model("pbm"), 1, "pyclick"))
+    assert fitted.glob["gamma"][0] == pytest.approx((2 + 1 / 3 + 1) / (3 + 2), abs=1e-15)
+    # alpha: P(A=1 | C=0) = a(1-g) / (1 - a g) = 1/3 as well
+    assert fitted.qd.first().alpha == pytest.approx((2 + 1 / 3 + 1) / (3 + 2), abs=1e-15)
+
+
+def _sparse_log(model, seed=4):
+    # many queries, few SERPs each: most pairs are seen a handful of times
+    return Log(model, n_serps=1500, M=6, seed=seed, n_queries=150, pool=9, extra=0)
+
+
+def _split(spark, log, held):
+    train = [r for r, h in zip(log.rows, held) if not h]
+    valid = [r for r, h in zip(log.rows, held) if h]
+    return spark.createDataFrame(train, SERPS_SCHEMA), spark.createDataFrame(valid, SERPS_SCHEMA)
+
+
+def test_auto_strength_is_the_best_valid_ll_of_independent_fits(spark):
+    model = get_model("pbm")
+    log = _sparse_log(model)
+    held = np.arange(len(log.rows)) % 4 == 0
+    train_df, valid_df = _split(spark, log, held)
+    grid = (0.5, 4.0, 32.0)
+    packed = pack_serps(train_df, max_rank=log.M, held_out=valid_df)
+    try:
+        assert (packed.n_serps, packed.n_held_out) == ((~held).sum(), held.sum())
+        auto = fit(packed, model, iterations=4, max_rank=log.M, prior=model_prior(model, log.M), k_grid=grid)
+        plain = fit(packed, model, iterations=4, max_rank=log.M, prior=model_prior(model, log.M, "none"))
+    finally:
+        packed.unpersist()
+
+    def valid_ll(qd, glob):
+        qd_v = gather(qd, log.qd_index[held], log.mask[held])
+        p = model.cond_probs(qd_v, glob, log.clicks[held], log.mask[held])
+        return log_likelihood(p, log.clicks[held], log.mask[held]).sum() / log.mask[held].sum()
+
+    expected = []
+    for k in grid:
+        qd, glob, _ = fit_numpy(model, log.qd_index[~held], log.n_pairs, log.clicks[~held], log.mask[~held],
+                                4, log.M, prior={"alpha": (k, None)})
+        # pairs with no training impression: (0 + k m) / (0 + k) = m, as the fit gives unseen pairs
+        expected.append(valid_ll(qd, glob))
+    got = [g["valid_ll"] for g in auto.selection["grid"]]
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
+    best = int(np.argmax(expected))
+    assert auto.selection["chosen_k"] == grid[best] and auto.valid_ll == pytest.approx(expected[best], abs=1e-12)
+    assert auto.prior_spec["families"]["alpha"]["k"] == grid[best]
+    # the point of the prior: on a sparse log it beats the plain ratio on SERPs it has not seen
+    assert auto.valid_ll > plain.valid_ll + 0.01, (auto.valid_ll, plain.valid_ll)
+
+
+def test_log_posterior_is_ll_plus_beta_log_density(spark):
+    model, k = get_model("dbn"), 3.0
+    log = _sparse_log(model, seed=9)
+    fitted = fit(log.df(spark), model, iterations=3, max_rank=log.M, prior=model_prior(model, log.M, "beta", k))
+    n = len(log.rows)
+    seen = np.bincount(log.qd_index[log.mask], minlength=log.n_pairs) > 0
+    for it in (1, 2, 3):
+        qd_prev, g_prev, _ = (fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask, it - 1, log.M,
+                                        prior={p: (k, None) for p in model.qd_params})
+                              if it > 1 else ({p: np.full(log.n_pairs, 0.5) for p in model.qd_params},
+                                              model.init_global(log.M), None))
+        stats = model.expected_stats(gather(qd_prev, log.qd_index, log.mask), g_prev, log.clicks, log.mask)
+        qd, glob, hist = fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask, it, log.M,
+                                   prior={p: (k, None) for p in model.qd_params})
+        lp = 0.0
+        for p in model.qd_params:
+            num, den = stats.qd[p]
+            m = num[log.mask].sum() / den[log.mask].sum()
+            v = qd[p][seen]
+            lp += (k * (m * np.log(v) + (1 - m) * np.log1p(-v))).sum()
+        assert fitted.log_posterior[it] == pytest.approx((hist[-1] + lp) / n, abs=1e-10)
+
+
+def test_prior_is_stored_with_the_parameters_and_read_back(spark):
+    model = get_model("dbn")
+    log = _sparse_log(model, seed=2)
+    prior = model_prior(model, log.M, "beta", 5.0, {"sigma": ("pyclick", 1.0), "gamma": ("pyclick", 1.0)})
+    assert prior.kind == "mixed"
+    fitted = fit(log.df(spark), model, iterations=2, max_rank=log.M, prior=prior)
+    rows = to_param_rows(fitted, "run-p")
+    small = {r.param: r.value for r in rows.where(F.col("query_id").isNull()).collect()}
+    assert small["prior_kind:mixed"] == 1.0
+    assert small["prior_strength_alpha"] == 5.0 and small["prior_strength_sigma"] == 2.0
+    assert small["prior_strength_gamma"] == 2.0 and small["prior_gamma"] == 0.5
+    assert small["prior_sigma"] == 0.5 and small["prior_alpha"] == fitted.prior["alpha"] != 0.5
+    back = from_param_rows(rows, model, "run-p", log.M)
+    assert back.prior_spec["kind"] == "mixed"
+    assert {f: (v["k"], v["m"]) for f, v in back.prior_spec["families"].items()} == \
+        {f: (v["k"], v["m"]) for f, v in fitted.prior_spec["families"].items()}
+    # unseen pairs get m: a SERP of unseen documents is predicted with the stored means
+    unseen = spark.createDataFrame([("t", "test", "x", "rx", 1, "q-new", ["n1", "n2"], None, [0, 0], None)],
+                                   SERPS_SCHEMA)
+    p1 = predict_clicks(unseen, back).where(F.col("rank") == 1).first().p_click
+    assert p1 == pytest.approx(fitted.prior["alpha"], abs=1e-15)   # DBN: P(C_1) = alpha_1
+
+
+def test_prior_config(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("fit:\n  prior: {kind: beta, k: auto, grid: [1, 8]}\n"
+                    "  model_priors: {sdbn: {kind: pyclick}, dbn.sigma: {k: 2}, ubm: {k: 16}}\n")
+    cfg = load_config(path).fit
+    assert cfg.prior.grid == (1.0, 8.0)
+    assert cfg.prior_overrides("pbm") == ("beta", "auto", {})
+    assert cfg.prior_overrides("sdbn") == ("pyclick", "auto", {})
+    assert cfg.prior_overrides("dbn") == ("beta", "auto", {"sigma": ("beta", 2)})
+    assert cfg.prior_overrides("ubm") == ("beta", 16, {})
+    dbn = model_prior(get_model("dbn"), 10, *cfg.prior_overrides("dbn"))
+    assert dbn.auto == ("alpha",) and dbn.qd["sigma"].k == 2 and dbn.glob["gamma"].k == 0
+    for text, message in [
+        ("fit: {prior: {kind: laplace}}", "fit.prior.kind: 'laplace' is not allowed"),
+        ("fit: {prior: {k: -1}}", "fit.prior.k: -1 is not allowed; a number > 0 or auto"),
+        ("fit: {prior: {grid: [1, auto]}}", "fit.prior.grid: expected a number, got 'auto'"),
+        ("fit: {prior: {grid: [1, 0]}}", "fit.prior.grid: 0.0 is not allowed; a number > 0"),
+        ("fit: {model_priors: {ncm: {k: 1}}}", "fit.model_priors.ncm: unknown model 'ncm'"),
+        ("fit: {model_priors: {pbm.sigma: {k: 1}}}", "fit.model_priors.pbm.sigma: pbm has no parameter family 'sigma'"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(ConfigError) as err:
+            load_config(path)
+        assert message in str(err.value), (text, str(err.value))
