@@ -10,6 +10,7 @@ import logging
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import date
 from functools import reduce
 
 from delta.tables import DeltaTable
@@ -47,7 +48,7 @@ def ingest_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: st
             parsed_serps, labels = ingest.parse_serps(spark, icfg), ingest.parse_labels(spark, icfg)
         out = ingest.run_ingest(spark, icfg, parsed_serps, labels, run_id)
         # the (dataset, log_date) slices this ingest replaced; null: the undated slice
-        run.details["log_dates"] = [*sorted(str(d) for d in out.log_dates if d), *([None] if None in out.log_dates else [])]
+        run.details["log_dates"] = sorted(out.log_dates, key=lambda d: (d is None, d or date.min))
         run.counts.update(ingest.write_ingest(spark, out, warehouse, icfg.dataset, run_id))
     print(f"ingest {icfg.dataset} run_id={run_id}: " + ", ".join(f"{k}={v}" for k, v in sorted(run.counts.items())))
     return run.counts

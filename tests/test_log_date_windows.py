@@ -19,8 +19,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark import ingest, stages, tables
-from clickeval_spark.config import (PROJECT_ROOT, AppConfig, EvaluateConfig, FitConfig, IngestConfig, PredictConfig,
-                                    WindowConfig, load_config)
+from clickeval_spark.config import (PROJECT_ROOT, AppConfig, EvaluateConfig, ExternalModelConfig, FitConfig,
+                                    IngestConfig, PredictConfig, WindowConfig, load_config)
 from clickeval_spark.errors import ConfigError
 from clickeval_spark.report import build_report
 from clickeval_spark.runtime import load, parse_args
@@ -143,9 +143,16 @@ def test_fit_predict_evaluate_and_report_see_only_the_window(spark, warehouse, t
         paths = {"train": _text(tmp_path, f"train{day}.txt", train), "test": _text(tmp_path, f"test{day}.txt", test)}
         stages.ingest_stage(spark, _cfg(paths, log_date=when), warehouse, f"ingest-{day}")
 
+    # an external model predicts every test SERP of every day: those outside the window are not evaluated
+    external = str(tmp_path / "external")
+    spark.createDataFrame([(f"e{day}{i}-1", rank, 0.3, 0.3) for day in (1, 2, 3) for i in range(day)
+                           for rank in (1, 2, 3)], "serp_id string, rank int, p_click_cond double, p_click double") \
+        .write.parquet(external)
     run_id = "window-2-3"
     cfg = _cfg({"train": "unused"}, window=WindowConfig(D2, D3), fit=FitConfig(models=("pbm",), iterations=2),
-               predict=PredictConfig(splits=("test",)), evaluate=EvaluateConfig(replicates=5, reference_model=None))
+               predict=PredictConfig(splits=("test",)),
+               evaluate=EvaluateConfig(replicates=5, reference_model=None,
+                                       external=(ExternalModelConfig(name="ext", predictions=external),)))
     stages.fit_stage(spark, cfg, warehouse, run_id)
     stages.predict_stage(spark, cfg, warehouse, run_id)
     stages.evaluate_stage(spark, cfg, warehouse, run_id)
@@ -156,8 +163,8 @@ def test_fit_predict_evaluate_and_report_see_only_the_window(spark, warehouse, t
     window_serps = {f"t{d}{i}-1" for d in (2, 3) for i in range(4)} | {"e20-1", "e21-1", "e30-1", "e31-1", "e32-1"}
     assert {r["serp_id"] for r in preds.select("serp_id").distinct().collect()} == window_serps
     ll = (tables.read_table(spark, warehouse, "metrics")
-          .where((F.col("run_id") == run_id) & (F.col("metric") == "LL")).first())
-    assert ll["n"] == 5  # the test SERPs of days 2 and 3, not day 1's
+          .where((F.col("run_id") == run_id) & (F.col("metric") == "LL")).collect())
+    assert sorted((r["model"], r["n"]) for r in ll) == [("ext", 5), ("pbm", 5)]  # days 2 and 3, not day 1
 
     window = {"start": "2026-11-02", "end": "2026-11-03"}
     details = _details(spark, warehouse, run_id)
