@@ -285,12 +285,12 @@ def replace_slice(df: DataFrame, warehouse: str, name: str, keys: dict[str, str]
 
 def _add_missing_columns(spark: SparkSession, path: str, name: str) -> None:
     """A table written by an older version gains the (nullable) columns added to its schema since, before a
-    predicate names them (relevance_labels.log_date). ADD COLUMNS needs no table feature."""
+    predicate names them (relevance_labels.log_date). Adding a column needs no table feature."""
     present = set(spark.read.format("delta").load(path).columns)
-    missing = [f for f in SCHEMAS[name].fields if f.name not in present]
-    if missing:
-        columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in missing)
-        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+    if any(f.name not in present for f in SCHEMAS[name].fields):
+        # appending no rows with mergeSchema commits the schema change alone (no SQL text built from the path)
+        (spark.createDataFrame([], SCHEMAS[name]).write.format("delta").mode("append")
+         .option("mergeSchema", "true").save(path))
 
 
 def _slice_predicate(keys: dict[str, str], log_dates: Sequence[date | None] | None = None) -> str:
