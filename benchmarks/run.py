@@ -101,13 +101,13 @@ def timed(fn, *args):
     return out, time.perf_counter() - t
 
 
-def reference_arrays(spark, warehouse: str, dataset: str, M: int):
+def reference_arrays(spark, warehouse: str, cfg, M: int):
     """The train split as padded numpy arrays (pair index, clicks), in this process.
 
     Pairs are numbered by a 64-bit hash of (query_id, doc_id) collected from Spark and
     np.unique'd here; this is the benchmark's setup, not part of any timing.
     """
-    serps = stages._serps(spark, warehouse, dataset, ("train",))
+    serps = stages._serps(spark, warehouse, cfg, ("train",))
     pair_hash = F.transform(F.slice("doc_ids", 1, M), lambda d: F.xxhash64(F.col("query_id"), d))
     tbl = serps.select(pair_hash.alias("h"), F.slice("clicks", 1, M).cast("array<tinyint>").alias("c")).toArrow()
     h_list, c_list = tbl.column("h").combine_chunks(), tbl.column("c").combine_chunks()
@@ -136,7 +136,7 @@ def run_size(spark, conf: str, n: int, workdir: Path, iterations: int) -> dict:
         out["n_train"] = int(counts["serps_train"])
         histories, out["stages"]["fit"] = timed(stages.fit_stage, spark, cfg, wh, run_id)
         params = tables.read_table(spark, wh, "model_params")
-        pair, clicks, n_pairs = reference_arrays(spark, wh, cfg.ingest.dataset, cfg.fit.max_rank)
+        pair, clicks, n_pairs = reference_arrays(spark, wh, cfg, cfg.fit.max_rank)
         out["n_pairs"] = n_pairs
         for name, hist in histories.items():
             per_iter = [s for _, _, s in hist[1:]]

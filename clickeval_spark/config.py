@@ -19,6 +19,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -35,6 +36,7 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SPLITS = ("train", "valid", "test")
 MODEL_NAMES = ("gctr", "rctr", "dctr", "pbm", "cm", "ubm", "dcm", "ccm", "dbn", "sdbn")
 SOURCE_FORMATS = ("synthetic", "tiangong_xml", "per_query_text", "yandex", "parquet", "delta")
+ISO_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 
 
 def resolve_location(location: str) -> str:
@@ -150,6 +152,9 @@ class IngestConfig:
     max_quarantine_share: float = 0.5
     split: SplitConfig = field(default_factory=SplitConfig)
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+    # the day of records whose source gives none (Yandex, per-query text, synthetic; TianGong-ST without
+    # starttime; canonical rows without log_date); null: undated, for one-shot datasets
+    log_date: date | None = None
 
     def __post_init__(self) -> None:
         if self.format not in SOURCE_FORMATS:
@@ -378,6 +383,17 @@ class ReportConfig:
 
 
 @dataclass(frozen=True)
+class WindowConfig:
+    """The log_date range, both ends inclusive, that fit, predict, evaluate, generate and surrogate read."""
+    start: date
+    end: date
+
+    def __post_init__(self) -> None:
+        if self.start > self.end:
+            raise ConfigError(f"window: start {self.start} is after end {self.end}")
+
+
+@dataclass(frozen=True)
 class AppConfig:
     env: str = "local"
     run_id: str | None = None
@@ -389,6 +405,8 @@ class AppConfig:
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     surrogate: SurrogateConfig = field(default_factory=SurrogateConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    # null: the whole dataset; set: only SERPs (and dated labels) with log_date in [start, end]
+    window: WindowConfig | None = None
 
     def __post_init__(self) -> None:
         validate_name("env", self.env)
@@ -472,6 +490,16 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{path}: expected a number, got {value!r}")
         return float(value)
+    if tp is date:
+        # YAML reads an unquoted 2026-11-30 as a date; a quoted one (or --set from a template) is a string
+        if isinstance(value, str) and ISO_DATE.match(value.strip()):
+            try:
+                return date.fromisoformat(value.strip())
+            except ValueError:
+                pass
+        if isinstance(value, date) and not isinstance(value, datetime):
+            return value
+        raise ConfigError(f"{path}: expected a date YYYY-MM-DD, got {value!r}")
     if tp is str:
         if isinstance(value, (dict, list)) or value is None:
             raise ConfigError(f"{path}: expected a string, got {value!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import date
 from typing import Iterator
 
 from pyspark import StorageLevel
@@ -26,6 +27,9 @@ class IngestOutput:
     labels: DataFrame | None
     quarantine: DataFrame
     counts: dict[str, int]
+    # the (dataset, log_date) slices the write replaces (None: the undated slice)
+    log_dates: tuple[date | None, ...] = (None,)
+    label_log_dates: tuple[date | None, ...] = (None,)
 
 
 def parse_serps(spark: SparkSession, cfg: IngestConfig) -> DataFrame:
@@ -124,7 +128,7 @@ def attach_labels_to_serps(labels: DataFrame, serps: DataFrame) -> DataFrame:
     SERP keep serp_id null and are counted, not dropped.
     """
     shown = serps.select(
-        "session_id", "query_id", "serp_id", "serp_pos", F.posexplode("doc_ids").alias("pos", "doc_id"),
+        "session_id", "query_id", "serp_id", "serp_pos", "log_date", F.posexplode("doc_ids").alias("pos", "doc_id"),
     )
     candidates = labels.where(F.col("serp_id").isNull() & F.col("session_id").isNotNull()).join(
         shown.withColumnRenamed("serp_id", "matched_serp_id"),
@@ -138,9 +142,11 @@ def attach_labels_to_serps(labels: DataFrame, serps: DataFrame) -> DataFrame:
         candidates.withColumn("k", F.row_number().over(first)).where("k = 1")
         .select("dataset", "query_id", "doc_id", "relevance",
                 F.col("matched_serp_id").alias("serp_id"),
-                (F.col("pos") + 1).cast("int").alias("rank"), "session_id")
+                (F.col("pos") + 1).cast("int").alias("rank"), "session_id", "log_date")
     )
-    untouched = labels.where(F.col("serp_id").isNotNull() | F.col("session_id").isNull())
+    # a label tied to a SERP of this ingest takes its day; serp_id is unique among accepted SERPs
+    untouched = labels.where(F.col("serp_id").isNotNull() | F.col("session_id").isNull()).join(
+        serps.select("dataset", "serp_id", "log_date"), on=["dataset", "serp_id"], how="left")
     return untouched.unionByName(resolved)
 
 
@@ -152,7 +158,7 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
     are read here, in the first count: a file that cannot be read, or that holds no record,
     fails the job with an InputError naming it.
     """
-    parsed = assign_splits(serps_parsed, cfg.split).persist(StorageLevel.MEMORY_AND_DISK)
+    parsed = assign_splits(with_log_date(serps_parsed, cfg.log_date), cfg.split).persist(StorageLevel.MEMORY_AND_DISK)
     checked = check_serps(parsed, max_rank=cfg.max_rank)
     serps = checked.accepted.withColumn("ingest_run_id", F.lit(run_id))
     quarantine = checked.quarantined
@@ -160,13 +166,15 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
         per_source = _records_per_source(parsed)
         if cfg.format in SERP_RECORDS:
             require_records(spark, list(cfg.paths.values()), per_source, SERP_RECORDS[cfg.format])
+        # the days this ingest replaces: a handful of values (one per day of the input), never per-SERP data
+        log_dates = tuple(r["log_date"] for r in serps.select("log_date").distinct().collect()) or (cfg.log_date,)
     counts = {"serps_read": sum(per_source.values())}
 
     labels = None
     if labels_parsed is not None:
         labels_parsed = labels_parsed.persist(StorageLevel.MEMORY_AND_DISK)
         label_check = check_labels(labels_parsed)
-        labels = attach_labels_to_serps(label_check.accepted, checked.accepted).withColumn(
+        labels = with_log_date(attach_labels_to_serps(label_check.accepted, checked.accepted), cfg.log_date).withColumn(
             "ingest_run_id", F.lit(run_id)
         )
         quarantine = quarantine.unionByName(label_check.quarantined)
@@ -178,7 +186,14 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
             counts["labels_accepted"] = label_check.accepted_records.count()
 
     return IngestOutput(serps=serps, labels=labels, quarantine=quarantine.withColumn("run_id", F.lit(run_id)),
-                        counts=counts)
+                        counts=counts, log_dates=log_dates,
+                        # labels fall in the SERPs' days or, untied, in ingest.log_date's slice
+                        label_log_dates=tuple(dict.fromkeys((*log_dates, cfg.log_date))))
+
+
+def with_log_date(records: DataFrame, log_date: date | None) -> DataFrame:
+    """Records whose source gives no day take ingest.log_date (null when unset: undated)."""
+    return records.withColumn("log_date", F.coalesce(F.col("log_date"), F.lit(log_date).cast("date")))
 
 
 def quarantine_check(out: IngestOutput, cfg: IngestConfig) -> tuple[dict[str, int], str | None]:
@@ -222,10 +237,11 @@ def write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, dataset
 
 
 def _write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, dataset: str, run_id: str) -> dict[str, int]:
-    tables.replace_slice(out.serps, warehouse, "serps", {"dataset": dataset}, run_id)
+    tables.replace_slice(out.serps, warehouse, "serps", {"dataset": dataset}, run_id, out.log_dates)
     tables.replace_slice(out.quarantine, warehouse, "quarantine", {"run_id": run_id, "dataset": dataset}, run_id)
     counts = dict(out.counts)
-    serps = tables.read_table(spark, warehouse, "serps").where(F.col("dataset") == dataset)
+    serps = tables.read_table(spark, warehouse, "serps").where(
+        (F.col("dataset") == dataset) & F.expr(tables.log_date_predicate(out.log_dates)))
     quarantine = tables.read_table(spark, warehouse, "quarantine").where(
         (F.col("run_id") == run_id) & (F.col("dataset") == dataset))
     q_counts = {r["target"]: r["n"] for r in quarantine.groupBy("target").agg(F.count(F.lit(1)).alias("n")).collect()}
@@ -234,8 +250,10 @@ def _write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, datase
     for split, n in serps.groupBy("split").agg(F.count(F.lit(1)).alias("n")).collect():
         counts[f"serps_{split}"] = n
     if out.labels is not None:
-        tables.replace_slice(out.labels, warehouse, "relevance_labels", {"dataset": dataset}, run_id)
-        labels = tables.read_table(spark, warehouse, "relevance_labels").where(F.col("dataset") == dataset)
+        tables.replace_slice(out.labels, warehouse, "relevance_labels", {"dataset": dataset}, run_id,
+                             out.label_log_dates)
+        labels = tables.read_table(spark, warehouse, "relevance_labels").where(
+            (F.col("dataset") == dataset) & F.expr(tables.log_date_predicate(out.label_log_dates)))
         counts["labels_quarantined"] = q_counts.get("relevance_labels", 0)
         counts["label_rows"] = labels.count()
         counts["label_rows_without_serp"] = labels.where(F.col("serp_id").isNull()).count()

@@ -193,6 +193,36 @@ def _num(v: float | None) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"
 
 
+def run_windows(spark: SparkSession, warehouse: str, run_id: str) -> dict[str, dict | None]:
+    """{job: the log_date window it read (None: the whole dataset)} for the run's jobs after ingest,
+    from their `runs` rows (a few dozen rows of one run)."""
+    if not DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, "runs")):
+        return {}
+    rows = (tables.read_table(spark, warehouse, "runs").where(F.col("run_id") == run_id)
+            .select("job", "details").collect())
+    windows = {}
+    for r in rows:
+        details = json.loads(r["details"]) if r["details"] else {}
+        if "window" in details and r["job"] != "report":
+            windows[r["job"]] = details["window"]
+    return windows
+
+
+def window_html(windows: dict[str, dict | None]) -> str:
+    """One line naming the log days the run's numbers come from; every window when the stages differ."""
+    def shown(w: dict | None) -> str:
+        return ("the whole dataset (every log_date)" if w is None else
+                f"log_date {html.escape(str(w['start']))} to {html.escape(str(w['end']))} (both inclusive)")
+
+    distinct = {json.dumps(w, sort_keys=True): w for w in windows.values()}
+    if not distinct:
+        return ""
+    if len(distinct) == 1:
+        return f"<p>Window: {shown(next(iter(distinct.values())))}.</p>"
+    lines = "".join(f"<li>{html.escape(job)}: {shown(w)}</li>" for job, w in sorted(windows.items()))
+    return f"<p><b>The stages of this run read different windows:</b></p><ul>{lines}</ul>"
+
+
 STYLE = """body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;font-size:13px}th{background:#f4f4f4}
 small{color:#666}img{max-width:100%}"""
@@ -218,7 +248,8 @@ def build_report(spark: SparkSession, warehouse: str, run_id: str, dataset: str,
     models = [m for m in models if m in present] + sorted(present - set(models))
     sections = [f"<h1>clickeval-spark report</h1><p>run <b>{html.escape(run_id)}</b>, dataset "
                 f"<b>{html.escape(dataset)}</b>, generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from the "
-                f"<code>metrics</code> and <code>distributional_metrics</code> tables.</p>"]
+                f"<code>metrics</code> and <code>distributional_metrics</code> tables.</p>",
+                window_html(run_windows(spark, warehouse, run_id))]
     for split in sorted({r["split"] for r in rows}):
         sections.append(f"<h2>Click prediction and relevance estimation ({html.escape(split)} split)</h2>"
                         "<p>Value and 95% session-bootstrap interval. LL: mean per-position log-likelihood "

@@ -30,6 +30,9 @@ def recorded_run(spark: SparkSession, warehouse: str, run_id: str, job: str,
                  dataset: str | None, config: dict) -> Iterator[RunRecord]:
     """Time the body and write its `runs` row, also when it fails (status=failed, error in details)."""
     record = RunRecord(run_id=run_id, job=job, dataset=dataset)
+    if job != "ingest":
+        # the log_date window the job read (null: the whole dataset); the report shows it
+        record.details["window"] = config.get("window")
     started = datetime.now(timezone.utc).replace(tzinfo=None)
     t0 = time.perf_counter()
     try:

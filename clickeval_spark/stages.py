@@ -10,6 +10,7 @@ import logging
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import date
 from functools import reduce
 
 from delta.tables import DeltaTable
@@ -17,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from clickeval_spark import ingest, tables
-from clickeval_spark.config import AppConfig, config_as_dict, resolve_location
+from clickeval_spark.config import SPLITS, AppConfig, config_as_dict, resolve_location
 from clickeval_spark.errors import ClickevalError, InputError
 from clickeval_spark.generation import generate
 from clickeval_spark.metrics import external, ndcg
@@ -52,6 +53,8 @@ def ingest_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: st
             run.counts.update(out.counts, **counts)
             if refused:
                 raise InputError(refused)
+            # the (dataset, log_date) slices this ingest replaced; null: the undated slice
+            run.details["log_dates"] = sorted(out.log_dates, key=lambda d: (d is None, d or date.min))
             run.counts.update(ingest.write_ingest(spark, out, warehouse, icfg.dataset, run_id))
         finally:
             out.quarantine.unpersist()
@@ -59,16 +62,29 @@ def ingest_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: st
     return run.counts
 
 
-def _serps(spark: SparkSession, warehouse: str, dataset: str, splits: tuple[str, ...]) -> DataFrame:
+def _serps(spark: SparkSession, warehouse: str, cfg: AppConfig, splits: tuple[str, ...] = SPLITS) -> DataFrame:
+    """The dataset's SERPs of `splits` in the configured log_date window: what every stage after ingest reads."""
     return tables.read_table(spark, warehouse, "serps").where(
-        (F.col("dataset") == dataset) & F.col("split").isin(*splits)
+        (F.col("dataset") == cfg.ingest.dataset) & F.col("split").isin(*splits) & tables.in_window(cfg.window)
     )
 
 
-def _labels(spark: SparkSession, warehouse: str, dataset: str) -> DataFrame | None:
+def _labels(spark: SparkSession, warehouse: str, cfg: AppConfig) -> DataFrame | None:
+    """The dataset's labels; with a window, the dated ones of its days and every undated one."""
     if not DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, "relevance_labels")):
         return None
-    return tables.read_table(spark, warehouse, "relevance_labels").where(F.col("dataset") == dataset)
+    return tables.read_table(spark, warehouse, "relevance_labels").where(
+        (F.col("dataset") == cfg.ingest.dataset) & tables.in_window(cfg.window, undated=True))
+
+
+def _outside_window(spark: SparkSession, warehouse: str, cfg: AppConfig, external_rows: DataFrame) -> DataFrame:
+    """External rows (predictions, sequences) without those of the dataset's SERPs outside the window:
+    they are not evaluated in this run. A serp_id the dataset does not have at all still fails the checks."""
+    if cfg.window is None or "serp_id" not in external_rows.columns:
+        return external_rows
+    outside = tables.read_table(spark, warehouse, "serps").where(
+        (F.col("dataset") == cfg.ingest.dataset) & ~tables.in_window(cfg.window)).select(F.col("serp_id").alias("_out"))
+    return external_rows.join(outside, on=F.col("serp_id").cast("string") == F.col("_out"), how="left_anti")
 
 
 @stage("fit")
@@ -79,8 +95,8 @@ def fit_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) 
     same passes, which is what `fit.prior.k: auto` chooses the prior strength by.
     """
     fcfg = cfg.fit
-    train = _serps(spark, warehouse, cfg.ingest.dataset, ("train",))
-    valid = _serps(spark, warehouse, cfg.ingest.dataset, ("valid",))
+    train = _serps(spark, warehouse, cfg, ("train",))
+    valid = _serps(spark, warehouse, cfg, ("valid",))
     histories = {}
     # packed once: every model's EM runs on the same query blocks
     packed = pack_serps(train, max_rank=fcfg.max_rank, held_out=valid)
@@ -92,7 +108,8 @@ def fit_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) 
                 kind, k, families = fcfg.prior_overrides(name)
                 fitted = fit(packed, model, iterations=fcfg.iterations, tol=fcfg.tol,
                              prior=model_prior(model, packed.max_rank, kind, k, families),
-                             k_grid=fcfg.prior.grid, prior_warmup=fcfg.prior.warmup, logger=log, checkpoint_interval=fcfg.checkpoint_interval)
+                             k_grid=fcfg.prior.grid, prior_warmup=fcfg.prior.warmup, logger=log,
+                             checkpoint_interval=fcfg.checkpoint_interval)
                 tables.replace_slice(to_param_rows(fitted, run_id), warehouse, "model_params",
                                      {"run_id": run_id, "model": name}, run_id)
                 run.counts["iterations"] = max(0, len(fitted.history) - 1)
@@ -139,7 +156,7 @@ def fitted_model(params: DataFrame, name: str, run_id: str, max_rank: int):
 def predict_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) -> dict[str, dict[str, float]]:
     """Predict clicks on the configured splits and score (query, doc) pairs, for every fitted model."""
     splits = tuple(dict.fromkeys(("train", *cfg.predict.splits)))
-    serps = _serps(spark, warehouse, cfg.ingest.dataset, splits)
+    serps = _serps(spark, warehouse, cfg, splits)
     params = tables.read_table(spark, warehouse, "model_params")
     lls = {}
     for name in cfg.fit.models:
@@ -152,7 +169,7 @@ def predict_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: s
             tables.replace_slice(preds, warehouse, "click_predictions", {"run_id": run_id, "model": name}, run_id)
             if model.qd_params:
                 shown = serps.select("query_id", F.explode("doc_ids").alias("doc_id"))
-                labels = _labels(spark, warehouse, cfg.ingest.dataset)
+                labels = _labels(spark, warehouse, cfg)
                 if labels is not None:
                     # labelled SERPs need a score for every judged doc, seen in training or not
                     shown = shown.unionByName(labels.select("query_id", "doc_id"))
@@ -185,17 +202,17 @@ def _positions(serps: DataFrame, max_rank: int) -> DataFrame:
 def import_external_models(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) -> dict[str, str]:
     """Check each configured external model and write it into this run's click_predictions /
     relevance_scores, so from here on it is evaluated exactly like a built-in model."""
-    ecfg, dataset, max_rank = cfg.evaluate, cfg.ingest.dataset, cfg.fit.max_rank
+    ecfg, max_rank = cfg.evaluate, cfg.fit.max_rank
     if not ecfg.external:
         return {}
-    all_serps = tables.read_table(spark, warehouse, "serps").where(F.col("dataset") == dataset)
+    all_serps = _serps(spark, warehouse, cfg)
     positions = _positions(all_serps, max_rank)
-    labels = _labels(spark, warehouse, dataset)
+    labels = _labels(spark, warehouse, cfg)
     imported = {}
     for ext in ecfg.external:
         # every check of both files runs before anything of this model is written
-        preds = external.checked_predictions(external.read_external(spark, ext.predictions, ext.format),
-                                             positions, ecfg.splits, ext)
+        raw = _outside_window(spark, warehouse, cfg, external.read_external(spark, ext.predictions, ext.format))
+        preds = external.checked_predictions(raw, positions, ecfg.splits, ext)
         scores = None
         if ext.relevance_scores is not None:
             evaluated = all_serps.where(F.col("split").isin(*ecfg.splits))
@@ -221,7 +238,7 @@ def evaluate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: 
     models = cfg.evaluated_models
     with recorded_run(spark, warehouse, run_id, "evaluate", dataset, config_as_dict(cfg)) as run:
         run.details["external"] = import_external_models(spark, cfg, warehouse, run_id)
-        serps = _serps(spark, warehouse, dataset, ecfg.splits)
+        serps = _serps(spark, warehouse, cfg, ecfg.splits)
         preds = tables.read_table(spark, warehouse, "click_predictions").where(
             (F.col("run_id") == run_id) & (F.col("dataset") == dataset)
             & F.col("split").isin(*ecfg.splits) & F.col("model").isin(*models))
@@ -236,7 +253,7 @@ def evaluate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: 
                              ndcg_gain=ecfg.ndcg_gain, ndcg_ideal=ecfg.ndcg_ideal)
         rows = compute_metrics(preds.select("model", "dataset", "split", "serp_id", "rank", "click",
                                             "p_click_cond", "p_click"),
-                               serps, _labels(spark, warehouse, dataset), scores.select("model", "query_id", "doc_id", "score"),
+                               serps, _labels(spark, warehouse, cfg), scores.select("model", "query_id", "doc_id", "score"),
                                ranked, opts, reference)
         # checked on the result rather than by a scan of click_predictions up front (8 s at 30M rows)
         present = {r["model"] for r in rows}
@@ -257,7 +274,7 @@ def evaluate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: 
 def generate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str) -> dict[str, int]:
     """K synthetic click sequences per SERP of the generation split, per generator, click mode and list order."""
     gcfg, dataset = cfg.generate, cfg.ingest.dataset
-    serps = _serps(spark, warehouse, dataset, (gcfg.split,))
+    serps = _serps(spark, warehouse, cfg, (gcfg.split,))
     params = tables.read_table(spark, warehouse, "model_params")
     written = {}
     for name in cfg.generator_models:
@@ -276,7 +293,7 @@ def generate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: 
     for ext in gcfg.external:
         t0 = time.perf_counter()
         with recorded_run(spark, warehouse, run_id, f"generate:{ext.name}", dataset, config_as_dict(cfg)) as run:
-            raw = external.read_external(spark, ext.path, ext.format)
+            raw = _outside_window(spark, warehouse, cfg, external.read_external(spark, ext.path, ext.format))
             seqs = external.checked_sequences(raw, serps, ext.name, ext.path)
             rows = (seqs.join(serps.drop("doc_ids", "clicks", "vtypes"), on="serp_id", how="inner")
                     .select(F.lit(run_id).alias("run_id"), F.lit(ext.name).alias("generator_model"), "*",
@@ -298,7 +315,7 @@ def surrogate_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id:
     """Reverse / Forward PPL of every generator's sequences → distributional_metrics."""
     scfg, dataset, max_rank = cfg.surrogate, cfg.ingest.dataset, cfg.fit.max_rank
     surrogate = get_model(scfg.model)
-    real = _serps(spark, warehouse, dataset, (cfg.generate.split,))
+    real = _serps(spark, warehouse, cfg, (cfg.generate.split,))
     synthetic = tables.read_table(spark, warehouse, "synthetic_serps").where(
         (F.col("run_id") == run_id) & (F.col("dataset") == dataset))
     variants = sorted(tuple(r) for r in synthetic.select("generator_model", "list_order", "click_mode")

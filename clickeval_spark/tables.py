@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Callable, TypeVar
+from datetime import date, datetime
+from typing import Callable, Sequence, TypeVar
 
 # importing delta.exceptions.captured also makes PySpark raise these classes for Delta's Java commit conflicts
 from delta.exceptions.captured import (ConcurrentAppendException, ConcurrentDeleteDeleteException,
@@ -19,11 +20,11 @@ from delta.exceptions.captured import (ConcurrentAppendException, ConcurrentDele
                                        MetadataChangedException, ProtocolChangedException)
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from clickeval_spark.config import validate_run_id
+from clickeval_spark.config import WindowConfig, validate_run_id
 from clickeval_spark.errors import ClickevalError
 
 SERPS = T.StructType([
@@ -50,6 +51,8 @@ RELEVANCE_LABELS = T.StructType([
     T.StructField("rank", T.IntegerType(), True),
     T.StructField("session_id", T.StringType(), True),
     T.StructField("ingest_run_id", T.StringType(), False),
+    # the day of the labelled SERP of the same ingest, else ingest.log_date; null: undated (pooled)
+    T.StructField("log_date", T.DateType(), True),
 ])
 
 QUARANTINE = T.StructType([
@@ -174,9 +177,9 @@ SCHEMAS: dict[str, T.StructType] = {
     "distributional_metrics": DISTRIBUTIONAL_METRICS,
 }
 
-# the column a table is partitioned on: the unit a rerun replaces
-PARTITION_COLUMNS: dict[str, str] = {
-    "serps": "dataset",
+# the columns a table is partitioned on: the unit a rerun replaces (serps: one day of a dataset)
+PARTITION_COLUMNS: dict[str, str | tuple[str, ...]] = {
+    "serps": ("dataset", "log_date"),
     "relevance_labels": "dataset",
     "quarantine": "run_id",
     "model_params": "run_id",
@@ -253,31 +256,62 @@ def conform(df: DataFrame, name: str) -> DataFrame:
     return df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
 
 
-def replace_slice(df: DataFrame, warehouse: str, name: str, keys: dict[str, str], run_id: str) -> None:
-    """Write `df` as the whole slice `col1 = v1 AND ...` of table `name` (e.g. one run's rows of one model).
+def replace_slice(df: DataFrame, warehouse: str, name: str, keys: dict[str, str], run_id: str,
+                  log_dates: Sequence[date | None] | None = None) -> None:
+    """Write `df` as the whole slice `col1 = v1 AND ...` of table `name` (e.g. one run's rows of one model);
+    with `log_dates`, only those days of it (None: the undated rows), e.g. the days one ingest read.
 
     Delta replaceWhere makes the write idempotent: a retry replaces the same slice
-    and leaves every other slice as it was. `userMetadata` tags the commit with the
-    run that made it, so `DESCRIBE HISTORY` tells which run wrote what. Key values
-    go into the predicate, so they must match the safe id pattern.
+    and leaves every other slice as it was; Delta also refuses a row outside the slice.
+    `userMetadata` tags the commit with the run that made it, so `DESCRIBE HISTORY`
+    tells which run wrote what. Key values go into the predicate, so they must match
+    the safe id pattern.
     """
-    predicate = _slice_predicate(keys)
-    with_conflict_retries(
-        lambda: (
-            conform(df, name)
-            .write.format("delta")
-            .mode("overwrite")
-            .option("replaceWhere", predicate)
-            .option("userMetadata", _user_metadata(name, predicate, run_id))
-            .partitionBy(PARTITION_COLUMNS[name])
-            .save(table_path(warehouse, name))
-        ),
-        f"{name} [{predicate}]",
-    )
+    predicate = _slice_predicate(keys, log_dates)
+    path = table_path(warehouse, name)
+
+    def write() -> None:
+        writer = (conform(df, name).write.format("delta").mode("overwrite")
+                  .option("replaceWhere", predicate)
+                  .option("userMetadata", _user_metadata(name, predicate, run_id)))
+        # an existing table keeps its layout: serps made before days were partitions stays partitioned by
+        # dataset alone, and its day slices are replaced through the log_date data column instead
+        if DeltaTable.isDeltaTable(df.sparkSession, path):
+            _add_missing_columns(df.sparkSession, path, name)
+        else:
+            writer = writer.partitionBy(PARTITION_COLUMNS[name])
+        writer.save(path)
+
+    with_conflict_retries(write, f"{name} [{predicate}]")
 
 
-def _slice_predicate(keys: dict[str, str]) -> str:
-    return " AND ".join(f"{col} = '{validate_run_id(value)}'" for col, value in keys.items())
+def _add_missing_columns(spark: SparkSession, path: str, name: str) -> None:
+    """A table written by an older version gains the (nullable) columns added to its schema since, before a
+    predicate names them (relevance_labels.log_date). Adding a column needs no table feature."""
+    present = set(spark.read.format("delta").load(path).columns)
+    if any(f.name not in present for f in SCHEMAS[name].fields):
+        # appending no rows with mergeSchema commits the schema change alone (no SQL text built from the path)
+        (spark.createDataFrame([], SCHEMAS[name]).write.format("delta").mode("append")
+         .option("mergeSchema", "true").save(path))
+
+
+def _slice_predicate(keys: dict[str, str], log_dates: Sequence[date | None] | None = None) -> str:
+    parts = [f"{col} = '{validate_run_id(value)}'" for col, value in keys.items()]
+    if log_dates is not None:
+        parts.append(log_date_predicate(log_dates))
+    return " AND ".join(parts)
+
+
+def log_date_predicate(log_dates: Sequence[date | None]) -> str:
+    """SQL for `log_date` in the given days; None stands for the undated (null) slice."""
+    days = sorted({d for d in log_dates if d is not None})
+    bad = [d for d in days if not isinstance(d, date) or isinstance(d, datetime)]
+    if bad or not log_dates:
+        raise ValueError(f"log_dates must be a non-empty list of datetime.date or None, got {list(log_dates)!r}")
+    terms = [f"log_date IN ({', '.join(f'DATE{d.isoformat()!r}' for d in days)})"] if days else []
+    if None in log_dates:
+        terms.append("log_date IS NULL")
+    return f"({' OR '.join(terms)})"
 
 
 def _user_metadata(name: str, predicate: str, run_id: str) -> str:
@@ -310,6 +344,18 @@ def read_table(spark: SparkSession, warehouse: str, name: str) -> DataFrame:
             raise
         raise ClickevalError(f"table {name} does not exist yet under {warehouse}: "
                              f"run `clickeval {WRITTEN_BY.get(name, 'ingest')}` first") from None
+
+
+def in_window(window: WindowConfig | None, *, undated: bool = False) -> Column:
+    """Rows whose log_date lies in the window (both ends inclusive); every row when it is unset.
+
+    Undated rows (null log_date) are outside any set window, unless `undated` keeps them
+    (pooled relevance labels belong to no day).
+    """
+    if window is None:
+        return F.lit(True)
+    dated = F.col("log_date").between(F.lit(window.start), F.lit(window.end))
+    return (F.col("log_date").isNull() | dated) if undated else F.coalesce(dated, F.lit(False))
 
 
 def register_tables(spark: SparkSession, warehouse: str) -> list[str]:

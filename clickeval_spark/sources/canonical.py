@@ -28,6 +28,7 @@ def read_serps(spark: SparkSession, path: str, dataset: str, fmt: str) -> DataFr
     for name, dtype in optional.items():
         if name not in rows.columns:
             rows = rows.withColumn(name, F.lit(None).cast(dtype))
+    bad_date = F.col("log_date").isNotNull() & F.col("log_date").try_cast("date").isNull()
     if fmt == "parquet":  # Parquet knows each row's file and position: "line" is the 1-based row number
         where = [F.col("_metadata.file_path").alias("source"), (F.col("_metadata.row_index") + 1).alias("line")]
     else:
@@ -36,8 +37,10 @@ def read_serps(spark: SparkSession, path: str, dataset: str, fmt: str) -> DataFr
         *where,
         F.concat(F.lit("serp_id="), F.coalesce(F.col("serp_id").cast("string"), F.lit("null"))).alias("record"),
         F.to_json(F.struct(*[F.col(c) for c in rows.columns])).alias("raw"),
-        F.lit(None).cast("string").alias("parse_rule"),
-        F.lit(None).cast("string").alias("parse_reason"),
+        # a log_date that is not a date would otherwise become null (or ingest.log_date) unnoticed
+        F.when(bad_date, F.lit("unparseable")).alias("parse_rule"),
+        F.when(bad_date, F.format_string("log_date %s is not a date", F.col("log_date").cast("string")))
+        .alias("parse_reason"),
         F.lit(dataset).alias("dataset"),
         F.col("split").cast("string").alias("split"),
         F.col("session_id").cast("string").alias("session_id"),

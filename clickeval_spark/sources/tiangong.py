@@ -2,7 +2,9 @@
 
 XML: <session num> -> <interaction num> -> <query_id>, <query>, <results> ->
 <result rank="1..10"> with <docid>, <url>, <title>, <vtype>; and <clicked> ->
-<click> -> <rank> (clicks name results by rank). Read with Spark's native XML
+<click> -> <rank> (clicks name results by rank). A `starttime` attribute (Unix
+seconds) on the interaction, else on its session, gives the SERP's log_date
+(its UTC day). Read with Spark's native XML
 source, one row per <session>; a session that does not parse is quarantined
 whole, with its raw text.
 
@@ -20,11 +22,14 @@ from pyspark.sql import types as T
 from clickeval_spark.sources.files import ensure_readable, whitespace_fields
 
 _CORRUPT = "_corrupt_record"
+MAX_UNIX_SECONDS = 253402300799.0  # 9999-12-31T23:59:59Z
 
 SESSION_SCHEMA = T.StructType([
     T.StructField("_num", T.StringType()),
+    T.StructField("_starttime", T.StringType()),
     T.StructField("interaction", T.ArrayType(T.StructType([
         T.StructField("_num", T.StringType()),
+        T.StructField("_starttime", T.StringType()),
         T.StructField("query_id", T.StringType()),
         T.StructField("query", T.StringType()),
         T.StructField("results", T.StructType([
@@ -73,7 +78,7 @@ def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
     interactions = (
         sessions.where(F.col(_CORRUPT).isNull())
         .select("source", "block", "row_in_block", F.col("_num").alias("session_id"),
-                F.posexplode_outer("interaction").alias("pos", "it"))
+                F.col("_starttime").alias("session_starttime"), F.posexplode_outer("interaction").alias("pos", "it"))
         .select(
             "source", "session_id",
             F.array("block", "row_in_block", F.coalesce("pos", F.lit(0)).cast("long")).alias("ordinal"),
@@ -86,17 +91,23 @@ def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
             F.transform(F.coalesce(F.col("it.clicked.click"), F.array()),
                         lambda c: F.trim(c["rank"]).try_cast("int")).alias("click_ranks"),
             F.to_json("it").alias("raw"),
+            # the interaction's own start time, else its session's (Unix seconds)
+            F.trim(F.coalesce(F.col("it._starttime"), F.col("session_starttime"))).alias("starttime"),
         )
     )
+    no_num = F.col("interaction").isNull() | F.col("interaction").try_cast("int").isNull()
+    seconds = F.col("starttime").try_cast("double")
+    # NaN, infinities and times past year 9999 would overflow the day number: a bad starttime, not a day
+    bad_start = F.col("starttime").isNotNull() & ~F.coalesce(seconds.between(0.0, MAX_UNIX_SECONDS), F.lit(False))
     parsed = interactions.select(
         "source", "ordinal",
         F.format_string("session %s interaction %s", F.coalesce("session_id", F.lit("?")),
                         F.coalesce("interaction", F.lit("?"))).alias("record"),
         "raw",
-        F.when(F.col("interaction").isNull() | F.col("interaction").try_cast("int").isNull(), F.lit("unparseable"))
-        .alias("parse_rule"),
-        F.when(F.col("interaction").isNull() | F.col("interaction").try_cast("int").isNull(),
-               F.lit("<interaction> has no numeric num attribute")).alias("parse_reason"),
+        F.when(no_num | bad_start, F.lit("unparseable")).alias("parse_rule"),
+        F.when(no_num, F.lit("<interaction> has no numeric num attribute"))
+        .when(bad_start, F.format_string("starttime %s is not Unix seconds", F.col("starttime")))
+        .alias("parse_reason"),
         "session_id",
         F.col("interaction").try_cast("int").alias("serp_pos"),
         F.concat_ws("-", "session_id", "interaction").alias("serp_id"),
@@ -107,12 +118,14 @@ def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
         .alias("clicks"),
         "click_ranks",
         F.transform("results", lambda x: x["rank"]).alias("result_ranks"),
+        # the UTC day of the start time; null without one (ingest.log_date then applies)
+        F.when(~bad_start, F.date_from_unix_date(F.floor(seconds / 86400).cast("int"))).alias("log_date"),
     )
     return parsed.unionByName(broken, allowMissingColumns=True).select(
         "source", F.lit(None).cast("long").alias("line"), "ordinal", "record", "raw", "parse_rule", "parse_reason",
         F.lit(dataset).alias("dataset"), F.lit(None).cast("string").alias("split"),
         "session_id", "serp_pos", "serp_id", "query_id", "doc_ids", "vtypes", "clicks",
-        "click_ranks", "result_ranks", F.lit(None).cast("date").alias("log_date"),
+        "click_ranks", "result_ranks", F.col("log_date").cast("date").alias("log_date"),
     )
 
 

@@ -3,6 +3,10 @@ stage order, run daily.
 
 - Run id: ``daily-<logical date as YYYYMMDD>``, so a retried or re-run day replaces its own rows
   (Delta replaceWhere on run_id) and never duplicates them.
+- Days: ``ingest`` reads the day's input as ``ingest.log_date = {{ ds }}`` (records without a time
+  of their own get that day) and replaces only those (dataset, log_date) slices of ``serps``; every
+  later stage reads the window of the last ``clickeval_window_days`` days ending at ``{{ ds }}``
+  (``window.start``, ``window.end``, both inclusive), so a daily run over a growing log stays bounded.
 - Each task submits ``<artefacts>/jobs/<stage>.py`` with ``--py-files <artefacts>/clickeval_spark.zip``,
   the packed venv ``--archives <artefacts>/clickeval_venv.tar.gz#environment`` (its Python runs
   driver and executors: ``spark.pyspark.python=./environment/bin/python``, hence cluster deploy
@@ -17,6 +21,7 @@ stage order, run daily.
   | clickeval_conf            | cluster.yaml                           |
   | clickeval_packages        | io.delta:delta-spark_2.13:4.0.1        |
   | clickeval_spark_conn_id   | spark_default                          |
+  | clickeval_window_days     | 7                                      |
 
 Build the artefacts with deploy/package.sh and copy dist/ to the artefacts location. Airflow needs
 apache-airflow-providers-apache-spark, plus apache-airflow-providers-cncf-kubernetes when the Spark
@@ -41,6 +46,7 @@ DEFAULTS = {
     "clickeval_conf": "cluster.yaml",
     "clickeval_packages": "io.delta:delta-spark_2.13:4.0.1",
     "clickeval_spark_conn_id": "spark_default",
+    "clickeval_window_days": "7",
 }
 
 
@@ -52,6 +58,11 @@ def _var(name: str) -> str:
 ARTEFACTS = _var("clickeval_artefacts")
 CONF_NAME = _var("clickeval_conf")
 RUN_ID = "daily-{{ ds_nodash }}"
+# ingest: the logical date's slice; the other stages: the window_days days ending at the logical date
+INGEST_ARGS = ["--set", "ingest.log_date={{ ds }}"]
+WINDOW_START = ("{{ macros.ds_add(ds, 1 - (var.value.get('clickeval_window_days', '%s') | int)) }}"
+                % DEFAULTS["clickeval_window_days"])
+WINDOW_ARGS = ["--set", f"window.start={WINDOW_START}", "--set", "window.end={{ ds }}"]
 
 
 class ClickevalSparkSubmitOperator(SparkSubmitOperator):
@@ -79,7 +90,8 @@ with DAG(
             deploy_mode="cluster",
             name=f"clickeval-{stage}-{{{{ ds_nodash }}}}",
             application=f"{ARTEFACTS}/jobs/{stage}.py",
-            application_args=["--conf", CONF_NAME, "--run-id", RUN_ID],
+            application_args=["--conf", CONF_NAME, "--run-id", RUN_ID,
+                              *(INGEST_ARGS if stage == "ingest" else WINDOW_ARGS)],
             py_files=f"{ARTEFACTS}/clickeval_spark.zip",
             archives=f"{ARTEFACTS}/clickeval_venv.tar.gz#environment",
             files=f"{ARTEFACTS}/conf/{CONF_NAME}",

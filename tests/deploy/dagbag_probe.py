@@ -4,7 +4,7 @@ one JSON document about it on stdout, for tests/deploy/test_airflow_dag.py to as
     python dagbag_probe.py DAG_FOLDER DAG_ID LOGICAL_DATE(YYYY-MM-DD)
 
 Needs no metadata DB: DagBag only parses files; the templates are rendered with a hand-made
-context (logical date, params, `var` backed by Airflow's own VariableAccessor, which outside a
+context (logical date, params, `macros`, `var` backed by Airflow's own VariableAccessor, which outside a
 task reads Variables from AIRFLOW_VAR_* environment variables and otherwise takes the default
 written in the template); the spark-submit command line is built by the provider's hook from the
 rendered task (connections from AIRFLOW_CONN_* environment variables; nothing is submitted); the
@@ -41,7 +41,7 @@ def task_attrs(task) -> dict:
 
 
 def render(task, dag, logical_date: datetime) -> dict:
-    from airflow.sdk.execution_time.context import VariableAccessor
+    from airflow.sdk.execution_time.context import MacrosAccessor, VariableAccessor
 
     context = {
         "dag": dag,
@@ -54,6 +54,7 @@ def render(task, dag, logical_date: datetime) -> dict:
         "ts_nodash": logical_date.strftime("%Y%m%dT%H%M%S"),
         "run_id": f"scheduled__{logical_date.isoformat()}",
         "var": {"value": VariableAccessor(deserialize_json=False), "json": VariableAccessor(deserialize_json=True)},
+        "macros": MacrosAccessor(),  # as the task runner's context: ds_add, datetime, ...
     }
     rendered = copy.copy(task)  # render_template_fields mutates in place
     rendered.render_template_fields(context)

@@ -32,8 +32,16 @@ LOGICAL_DATE = "2026-11-28"
 RUN_ID = "daily-20261128"
 
 DEFAULT_ARTEFACTS = "s3a://my-search-logs/clickeval/dist"
+WINDOW_START = "{{ macros.ds_add(ds, 1 - (var.value.get('clickeval_window_days', '7') | int)) }}"
 DELTA = "io.delta:delta-spark_2.13:4.0.1"
 MARKER = "CLICKEVAL-PROBE-JSON "
+
+
+def _day_args(stage: str, log_date: str, window_start: str) -> list[str]:
+    """ingest reads the logical date's slice; every later stage the window ending on it."""
+    if stage == "ingest":
+        return ["--set", f"ingest.log_date={log_date}"]
+    return ["--set", f"window.start={window_start}", "--set", f"window.end={log_date}"]
 
 
 def _clean_env(airflow_home: Path) -> dict[str, str]:
@@ -97,6 +105,7 @@ def dag_overridden(airflow_python, tmp_path_factory) -> dict:
         AIRFLOW_VAR_CLICKEVAL_CONF="prod.yaml",
         AIRFLOW_VAR_CLICKEVAL_PACKAGES="io.delta:delta-spark_2.13:4.0.2",
         AIRFLOW_VAR_CLICKEVAL_SPARK_CONN_ID="spark_search",
+        AIRFLOW_VAR_CLICKEVAL_WINDOW_DAYS="3",
         AIRFLOW_CONN_SPARK_SEARCH=json.dumps({"conn_type": "spark", "host": "yarn", "extra": {"queue": "search"}}),
     )
 
@@ -145,7 +154,8 @@ def test_operator_arguments_as_written(dag_defaults):
         attrs = dag_defaults["tasks"][stage]["attrs"]
         assert attrs == {
             "application": f"{artefacts}/jobs/{stage}.py",
-            "application_args": ["--conf", conf_name, "--run-id", "daily-{{ ds_nodash }}"],
+            "application_args": ["--conf", conf_name, "--run-id", "daily-{{ ds_nodash }}",
+                                 *_day_args(stage, "{{ ds }}", WINDOW_START)],
             "py_files": f"{artefacts}/clickeval_spark.zip",
             "archives": f"{artefacts}/clickeval_venv.tar.gz#environment",
             "files": f"{artefacts}/conf/{conf_name}",
@@ -162,7 +172,8 @@ def test_rendered_arguments_with_default_variables(dag_defaults):
         rendered = dag_defaults["tasks"][stage]["rendered"]
         assert rendered == {
             "application": f"{DEFAULT_ARTEFACTS}/jobs/{stage}.py",
-            "application_args": ["--conf", "cluster.yaml", "--run-id", RUN_ID],
+            "application_args": ["--conf", "cluster.yaml", "--run-id", RUN_ID,
+                                 *_day_args(stage, LOGICAL_DATE, "2026-11-22")],
             "py_files": f"{DEFAULT_ARTEFACTS}/clickeval_spark.zip",
             "archives": f"{DEFAULT_ARTEFACTS}/clickeval_venv.tar.gz#environment",
             "files": f"{DEFAULT_ARTEFACTS}/conf/cluster.yaml",
@@ -186,7 +197,7 @@ def test_spark_submit_command_with_default_variables(dag_defaults):
             "--name", f"clickeval-{stage}-20261128",
             "--deploy-mode", "cluster",
             f"{DEFAULT_ARTEFACTS}/jobs/{stage}.py",
-            "--conf", "cluster.yaml", "--run-id", RUN_ID,
+            "--conf", "cluster.yaml", "--run-id", RUN_ID, *_day_args(stage, LOGICAL_DATE, "2026-11-22"),
         ]
 
 
@@ -208,6 +219,8 @@ def test_variables_override_every_setting(dag_overridden):
             "--deploy-mode", "cluster",
             f"{art}/jobs/{stage}.py",
             "--conf", "prod.yaml", "--run-id", RUN_ID,
+            # clickeval_window_days = 3: the window is the logical date and the two days before it
+            *_day_args(stage, LOGICAL_DATE, "2026-11-26"),
         ]
 
 
