@@ -30,7 +30,7 @@ def trec(spark, tmp_path_factory):
             dataset="trec2014", format="per_query_text", text_variant="graphcm",
             paths={s: str(DATA / f"{s}_per_query_quid.txt") for s in ("train", "valid", "test")},
             labels=str(DATA / "human_label_for_GraphCM_per_query_quid.txt")),
-        fit=FitConfig(models=MODEL_NAMES, iterations=3),
+        fit=FitConfig(models=MODEL_NAMES, iterations=10),
         predict=PredictConfig(splits=("test",)),
     )
     ingest_stage(spark, cfg, warehouse, "trec-run")

@@ -8,7 +8,8 @@ log for global parameters, and sets new = num / den.  A parameter whose den is
 With a prior (a resolved `priors.ModelPrior`, or a plain {family: (k, m)} dict
 where m None means pooled) every update is the posterior mode, written out here
 on its own: new = (num + k m) / (den + k), m of a pooled qd family = the sum of
-its num over the sum of its den in the same iteration.
+its num over the sum of its den in the same iteration, for the first ``warmup``
+iterations; later iterations keep the m of iteration ``warmup``.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _mode(num, den, prev, k: float, m: float):
 
 
 def fit_numpy(model: ClickModel, qd_index: np.ndarray, n_pairs: int, clicks: np.ndarray,
-              mask: np.ndarray, iterations: int, M: int, prior=None):
+              mask: np.ndarray, iterations: int, M: int, prior=None, warmup: int | None = None):
     """Fit ``model`` on a padded log (every pair index in 0..n_pairs-1 has impressions).
 
     Returns (qd_params: name -> (n_pairs,) array, glob: name -> array,
@@ -65,21 +66,26 @@ def fit_numpy(model: ClickModel, qd_index: np.ndarray, n_pairs: int, clicks: np.
     qd_values = {name: np.full(n_pairs, INIT_VALUE) for name in model.qd_params}
     glob = model.init_global(M)
     history: list[float] = []
-    for _ in range(iterations if model.iterative else 1):
+    last_m: dict[str, object] = {}
+    for it in range(1, (iterations if model.iterative else 1) + 1):
+        frozen = warmup is not None and it > warmup
         stats = model.expected_stats(gather(qd_values, qd_index, mask), glob, clicks, mask)
         new_qd = {}
         for name, (num, den) in stats.qd.items():
             s_num = np.bincount(idx, weights=num[mask], minlength=n_pairs)
             s_den = np.bincount(idx, weights=den[mask], minlength=n_pairs)
             k, m = fam[name]
-            m = s_num.sum() / s_den.sum() if m is None else m
+            if m is None:
+                m = last_m[name] if frozen else s_num.sum() / s_den.sum()
+                last_m[name] = m
             new_qd[name] = _mode(s_num, s_den, qd_values[name], k, m)
         new_glob = {}
         for name, (num, den) in stats.glob.items():
             num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
             k, m = fam[name]
             if m is None and k > 0:   # pooled per rank: over the other axes of a 2-D per-rank family
-                m = num.sum(axis=1, keepdims=True) / den.sum(axis=1, keepdims=True)
+                m = last_m[name] if frozen else num.sum(axis=1, keepdims=True) / den.sum(axis=1, keepdims=True)
+                last_m[name] = m
             new_glob[name] = _mode(num, den, glob[name], k, 0.5 if m is None else m)
         qd_values.update(new_qd)
         glob.update(new_glob)

@@ -86,12 +86,18 @@ def test_auto_strength_is_the_best_valid_ll_of_independent_fits(spark):
         p = model.cond_probs(qd_v, glob, log.clicks[held], log.mask[held])
         return log_likelihood(p, log.clicks[held], log.mask[held]).sum() / log.mask[held].sum()
 
+    def fit_train(iterations, k, warmup=None):
+        return fit_numpy(model, log.qd_index[~held], log.n_pairs, log.clicks[~held], log.mask[~held],
+                         iterations, log.M, prior={"alpha": (k, None)}, warmup=warmup)
+
     expected = []
     for k in grid:
-        qd, glob, _ = fit_numpy(model, log.qd_index[~held], log.n_pairs, log.clicks[~held], log.mask[~held],
-                                4, log.M, prior={"alpha": (k, None)})
-        # pairs with no training impression: (0 + k m) / (0 + k) = m, as the fit gives unseen pairs
-        expected.append(valid_ll(qd, glob))
+        # the warm-up ends at the first iteration whose valid LL is below its predecessor's
+        # (iteration 0: every parameter 0.5); pairs with no training impression get m, as in the fit
+        path = [valid_ll({"alpha": np.full(log.n_pairs, 0.5)}, model.init_global(log.M))]
+        path += [valid_ll(*fit_train(t, k)[:2]) for t in range(1, 4)]
+        warmup = next((t for t in range(1, 4) if path[t] < path[t - 1]), None)
+        expected.append(valid_ll(*fit_train(4, k, warmup)[:2]))
     got = [g["valid_ll"] for g in auto.selection["grid"]]
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
     best = int(np.argmax(expected))
@@ -171,3 +177,45 @@ def test_prior_config(tmp_path):
         with pytest.raises(ConfigError) as err:
             load_config(path)
         assert message in str(err.value), (text, str(err.value))
+
+
+@pytest.mark.parametrize("name", ["pbm", "ubm"])
+def test_pooled_means_are_fixed_after_the_warmup_and_em_then_converges(spark, name):
+    """m follows the pooled estimate for `prior_warmup` passes, then stays: every fitted number equals
+    the numpy oracle with the same freeze, the log posterior never decreases from the freeze on (EM
+    on one fixed objective), and tol stops the fit there. UBM's examination cells shrink per rank."""
+    model, k, warmup = get_model(name), 3.0, 2
+    log = _sparse_log(model, seed=4)
+    families = {"gamma": ("beta", 8.0)} if name == "ubm" else None
+    prior = model_prior(model, log.M, "beta", k, families)
+    fitted = fit(log.df(spark), model, iterations=8, max_rank=log.M, prior=prior, prior_warmup=warmup)
+    qd_np, glob_np, hist_np = fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask, 8, log.M,
+                                        prior=prior, warmup=warmup)
+    got = {(r.query_id, r.doc_id): r.alpha for r in fitted.qd.collect()}
+    pairs, _ = log.seen_pairs()
+    assert len(got) == len(pairs)
+    for i in pairs:
+        assert got[log.pair_key(i)] == pytest.approx(qd_np["alpha"][i], abs=1e-9)
+    for g in glob_np:
+        np.testing.assert_allclose(fitted.glob[g], glob_np[g], rtol=0, atol=1e-9, err_msg=g)
+    np.testing.assert_allclose([ll for _, ll, _ in fitted.history[1:]], np.array(hist_np) / len(log.rows),
+                               rtol=0, atol=1e-9)
+    # unseen pairs get the frozen m: the pooled mean of pass `warmup`'s E-step (on the parameters
+    # of pass warmup - 1), not the last pass's
+    qd_w, glob_w, _ = fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask, warmup - 1, log.M,
+                                prior=prior)
+    num, den = model.expected_stats(gather(qd_w, log.qd_index, log.mask), glob_w, log.clicks, log.mask).qd["alpha"]
+    m = num[log.mask].sum() / den[log.mask].sum()
+    assert fitted.prior["alpha"] == pytest.approx(m, abs=1e-12)
+    assert fitted.prior_spec["families"]["alpha"]["m"] == fitted.prior["alpha"]
+    moving, _, _ = fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask, 8, log.M, prior=prior)
+    assert np.abs(moving["alpha"] - qd_np["alpha"]).max() > 1e-4   # the freeze is not a no-op
+    post = fitted.log_posterior
+    assert all(b >= a - 1e-12 for a, b in zip(post[warmup:], post[warmup + 1:])), post
+
+    stopped = fit(log.df(spark), model, iterations=200, tol=1e-5, max_rank=log.M, prior=prior,
+                  prior_warmup=warmup)
+    n = len(stopped.history) - 1
+    assert warmup + 1 < n < 200, n
+    assert abs(stopped.log_posterior[-2] - stopped.log_posterior[-3]) < 1e-5
+    assert all(abs(b - a) >= 1e-5 for a, b in zip(stopped.log_posterior[warmup:-2], stopped.log_posterior[warmup + 1:-2]))
