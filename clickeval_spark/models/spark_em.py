@@ -344,6 +344,11 @@ class _Candidate:
         ks = sorted({f.k for f in self.prior.qd.values()})
         return "k=" + ",".join(f"{k:g}" for k in ks) if ks else "-"
 
+    @property
+    def means_text(self) -> str:
+        """The qd families' current prior means, for the fit's log."""
+        return " ".join(f"{p}={m:.4f}" for p, m in self.unseen.items())
+
 
 def _qd_update(cand: _Candidate, model: ClickModel, sums: dict[str, np.ndarray], frozen: bool) -> None:
     """The next pass's qd M-step: (k, m) per family, m pooled from these sums where not fixed
@@ -413,7 +418,7 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
             c.valid_ll = float(sums["ll_valid"][0] / sums["n_valid"][0])
         log.info("%s %s iteration %d: train LL %.6f per SERP, log posterior %.6f, valid LL %.6f per position, "
                  "prior m %s, %.2f s", model.name, c.label, it, ll, c.posterior[-1], c.valid_ll,
-                 " ".join(f"{p}={m:.4f}" for p, m in c.unseen.items()), secs)
+                 c.means_text, secs)
 
     def release(old: DataFrame) -> None:
         if old is not packed.blocks:
@@ -440,7 +445,7 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
                     # this pass's update reuses the m that produced the parameters just scored
                     c.compare_from = len(post) - 1
                     log.info("%s %s prior means fixed after pass %d: %s", model.name, c.label, it - 1,
-                             " ".join(f"{p}={m:.4f}" for p, m in c.unseen.items()))
+                             c.means_text)
                 frozen = c.compare_from is not None and pooled
                 c.g, c.g_means = global_params(model, M, sums, c.g, c.prior.glob,
                                                c.g_means if frozen else None)
