@@ -33,7 +33,7 @@ class IngestOutput:
 
 
 def parse_serps(spark: SparkSession, cfg: IngestConfig) -> DataFrame:
-    """The configured source as parsed SERP records (validation.PARSED_SERP_COLUMNS)."""
+    """The configured source as parsed SERP records (sources.parsed.PARSED_SERPS)."""
     if cfg.format == "per_query_text":
         return per_query_text.read_serps(spark, cfg.paths, cfg.dataset, cfg.text_variant)
     single = _single_path(cfg)

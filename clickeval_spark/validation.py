@@ -1,6 +1,6 @@
 """The input rules of DESIGN §3: every record either becomes a canonical row or a quarantine row.
 
-Readers produce a *parsed* frame: the canonical columns (possibly null or
+Readers produce a *parsed* frame (sources/parsed.py: PARSED_SERPS, PARSED_LABELS): the canonical columns (possibly null or
 ill-formed) plus where the record came from (source, line or record locator,
 raw text; sources without lines add an `ordinal` that sorts in file order) and,
 when the reader itself could not parse it, parse_rule and parse_reason. The
@@ -31,12 +31,6 @@ SERP_RULES = (
     "duplicate_serp_id",
 )
 LABEL_RULES = ("unparseable", "missing_id", "empty_result_list", "length_mismatch", "relevance_not_integer", "duplicate_label")
-
-PARSED_SERP_COLUMNS = (
-    "source", "line", "record", "raw", "parse_rule", "parse_reason",
-    "dataset", "split", "session_id", "serp_pos", "serp_id", "query_id",
-    "doc_ids", "vtypes", "clicks", "click_ranks", "result_ranks", "log_date",
-)
 
 
 @dataclass(frozen=True)

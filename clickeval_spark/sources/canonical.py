@@ -7,6 +7,7 @@ from pyspark.sql import functions as F
 
 from clickeval_spark.errors import InputError
 from clickeval_spark.sources.files import ensure_readable
+from clickeval_spark.sources.parsed import to_parsed
 
 REQUIRED = ("session_id", "query_id", "doc_ids", "clicks")
 
@@ -33,7 +34,7 @@ def read_serps(spark: SparkSession, path: str, dataset: str, fmt: str) -> DataFr
         where = [F.col("_metadata.file_path").alias("source"), (F.col("_metadata.row_index") + 1).alias("line")]
     else:
         where = [F.lit(path).alias("source"), F.lit(None).cast("long").alias("line")]
-    return rows.select(
+    return to_parsed(rows.select(
         *where,
         F.concat(F.lit("serp_id="), F.coalesce(F.col("serp_id").cast("string"), F.lit("null"))).alias("record"),
         F.to_json(F.struct(*[F.col(c) for c in rows.columns])).alias("raw"),
@@ -53,8 +54,6 @@ def read_serps(spark: SparkSession, path: str, dataset: str, fmt: str) -> DataFr
         F.col("doc_ids").try_cast("array<string>").alias("doc_ids"),
         F.col("vtypes").try_cast("array<string>").alias("vtypes"),
         F.col("clicks").try_cast("array<int>").alias("clicks"),
-        F.lit(None).try_cast("array<int>").alias("click_ranks"),
-        F.lit(None).try_cast("array<int>").alias("result_ranks"),
         F.col("log_date").try_cast("date").alias("log_date"),
-    )
+    ))
 

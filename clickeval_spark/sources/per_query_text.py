@@ -16,6 +16,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from clickeval_spark.sources.parsed import to_parsed, to_parsed_labels
 from clickeval_spark.sources.files import NOT_UTF8, numbered_lines, strip
 
 # number of fields -> index of the docs field, per variant; labels have one more field
@@ -92,7 +93,7 @@ def _with_serp_ids(parsed: DataFrame) -> DataFrame:
 
 
 def read_serps(spark: SparkSession, paths: dict[str, str], dataset: str, variant: str) -> DataFrame:
-    """Parsed SERP records (validation.PARSED_SERP_COLUMNS); split from the path's key, or null for 'all'."""
+    """Parsed SERP records (sources.parsed.PARSED_SERPS); split from the path's key, or null for 'all'."""
     frames = []
     for split, path in paths.items():
         lines = numbered_lines(spark, path)
@@ -103,14 +104,7 @@ def read_serps(spark: SparkSession, paths: dict[str, str], dataset: str, variant
     parsed = frames[0]
     for frame in frames[1:]:
         parsed = parsed.unionByName(frame)
-    return _with_serp_ids(parsed).select(
-        "source", "line", F.lit(None).cast("string").alias("record"), "raw", "parse_rule", "parse_reason",
-        "dataset", "split", "session_id", "serp_pos", "serp_id", "query_id",
-        "doc_ids", "vtypes", "clicks",
-        F.lit(None).cast("array<int>").alias("click_ranks"),
-        F.lit(None).cast("array<int>").alias("result_ranks"),
-        F.lit(None).cast("date").alias("log_date"),
-    )
+    return to_parsed(_with_serp_ids(parsed))
 
 
 def read_labels(spark: SparkSession, path: str, dataset: str, variant: str) -> DataFrame:
@@ -120,10 +114,9 @@ def read_labels(spark: SparkSession, path: str, dataset: str, variant: str) -> D
     label files are separate samples that may repeat sessions of the click log.
     """
     parsed = _with_serp_ids(_parse(numbered_lines(spark, path), dataset, variant, extra=1))
-    return parsed.select(
-        "source", "line", F.lit(None).cast("string").alias("record"), "raw", "parse_rule", "parse_reason",
-        "dataset", "session_id", "query_id",
+    return to_parsed_labels(parsed.select(
+        "source", "line", "raw", "parse_rule", "parse_reason", "dataset", "session_id", "query_id",
         F.concat(F.lit("label:"), F.col("serp_id")).alias("serp_id"),
         F.concat(F.lit("label:"), F.col("serp_id")).alias("label_key"),
         "doc_ids", "relevances",
-    )
+    ))

@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from clickeval_spark.sources.parsed import to_parsed, to_parsed_labels
 from clickeval_spark.sources.files import ensure_readable, whitespace_fields
 
 _CORRUPT = "_corrupt_record"
@@ -54,7 +55,7 @@ SESSION_SCHEMA = T.StructType([
 
 
 def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
-    """Parsed SERP records (validation.PARSED_SERP_COLUMNS), one per <interaction>."""
+    """Parsed SERP records (sources.parsed.PARSED_SERPS), one per <interaction>."""
     ensure_readable(spark, path)
     sessions = (
         spark.read.format("xml")
@@ -121,12 +122,9 @@ def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
         # the UTC day of the start time; null without one (ingest.log_date then applies)
         F.when(~bad_start, F.date_from_unix_date(F.floor(seconds / 86400).cast("int"))).alias("log_date"),
     )
-    return parsed.unionByName(broken, allowMissingColumns=True).select(
-        "source", F.lit(None).cast("long").alias("line"), "ordinal", "record", "raw", "parse_rule", "parse_reason",
-        F.lit(dataset).alias("dataset"), F.lit(None).cast("string").alias("split"),
-        "session_id", "serp_pos", "serp_id", "query_id", "doc_ids", "vtypes", "clicks",
-        "click_ranks", "result_ranks", F.col("log_date").cast("date").alias("log_date"),
-    )
+    # no line numbers in XML: "ordinal" keeps the file order instead
+    return to_parsed(parsed.unionByName(broken, allowMissingColumns=True).withColumn("dataset", F.lit(dataset)),
+                     keep=("ordinal",))
 
 
 def read_labels(spark: SparkSession, path: str, dataset: str, query_prefix: str, doc_prefix: str) -> DataFrame:
@@ -136,14 +134,13 @@ def read_labels(spark: SparkSession, path: str, dataset: str, query_prefix: str,
     )
     f = F.col("f")
     query, doc = with_prefix(f[2], query_prefix), with_prefix(f[3], doc_prefix)
-    return whitespace_fields(spark, path, 5, "id session query doc relevance").select(
+    return to_parsed_labels(whitespace_fields(spark, path, 5, "id session query doc relevance").select(
         "source", "line", "record", "raw", "parse_rule", "parse_reason",
         F.lit(dataset).alias("dataset"),
         f[1].alias("session_id"),
         query.alias("query_id"),
-        F.lit(None).cast("string").alias("serp_id"),
         # the key uses the mapped ids: "q5" and a bare "5" name the same query
         F.concat_ws("|", f[1], query, doc).alias("label_key"),
         F.array(doc).alias("doc_ids"),
         F.array(f[4]).alias("relevances"),
-    )
+    ))

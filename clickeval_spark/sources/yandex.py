@@ -15,6 +15,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from clickeval_spark.sources.parsed import to_parsed, to_parsed_labels
 from clickeval_spark.sources.files import NOT_UTF8, numbered_lines, strip, whitespace_fields
 
 
@@ -59,19 +60,14 @@ def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
         .agg(F.collect_set("url").alias("clicked_urls"), F.count(F.lit(1)).alias("n_click_lines"))
     )
     serps = queries.join(clicked_urls, on=["source", "line"], how="left").select(
-        "source", "line", F.lit(None).cast("string").alias("record"),
+        "source", "line",
         F.concat_ws("\n", "raw", F.concat(F.lit("+ "), F.coalesce("n_click_lines", F.lit(0)).cast("string"),
                                           F.lit(" click line(s)"))).alias("raw"),
-        F.lit(None).cast("string").alias("parse_rule"), F.lit(None).cast("string").alias("parse_reason"),
-        F.lit(dataset).alias("dataset"), F.lit(None).cast("string").alias("split"),
-        "session_id", "serp_pos",
+        F.lit(dataset).alias("dataset"), "session_id", "serp_pos",
         F.concat_ws("-", "session_id", F.col("serp_pos").cast("string")).alias("serp_id"),
-        "query_id", "doc_ids", F.lit(None).cast("array<string>").alias("vtypes"),
+        "query_id", "doc_ids",
         F.transform("doc_ids", lambda d: F.when(F.array_contains(F.coalesce("clicked_urls", F.array()), d), 1)
                     .otherwise(0)).alias("clicks"),
-        F.lit(None).cast("array<int>").alias("click_ranks"),
-        F.lit(None).cast("array<int>").alias("result_ranks"),
-        F.lit(None).cast("date").alias("log_date"),
     )
     orphans = attributed.where(F.col("query_line").isNull()).select(
         "source", F.col("click_line").alias("line"), F.col("click_raw").alias("raw"),
@@ -85,34 +81,22 @@ def read_serps(spark: SparkSession, path: str, dataset: str) -> DataFrame:
         F.when(~utf8, F.lit(NOT_UTF8))
         .otherwise(F.lit("expected a query line 'SessionID TimePassed Q QueryID RegionID URL...' "
                          "or a click line 'SessionID TimePassed C URLID'")).alias("parse_reason"),
-        F.lit(None).cast("string").alias("session_id"),
     )
-    rejects = orphans.unionByName(bad_lines).select(
-        "source", "line", F.lit(None).cast("string").alias("record"), "raw", "parse_rule", "parse_reason",
-        F.lit(dataset).alias("dataset"), F.lit(None).cast("string").alias("split"), "session_id",
-        F.lit(None).cast("int").alias("serp_pos"),
+    rejects = orphans.unionByName(bad_lines, allowMissingColumns=True).select(
+        "source", "line", "raw", "parse_rule", "parse_reason", F.lit(dataset).alias("dataset"), "session_id",
         F.concat(F.lit("line-"), F.col("line").cast("string")).alias("serp_id"),
-        F.lit(None).cast("string").alias("query_id"),
-        F.lit(None).cast("array<string>").alias("doc_ids"),
-        F.lit(None).cast("array<string>").alias("vtypes"),
-        F.lit(None).cast("array<int>").alias("clicks"),
-        F.lit(None).cast("array<int>").alias("click_ranks"),
-        F.lit(None).cast("array<int>").alias("result_ranks"),
-        F.lit(None).cast("date").alias("log_date"),
     )
-    return serps.unionByName(rejects)
+    return to_parsed(serps).unionByName(to_parsed(rejects))
 
 
 def read_labels(spark: SparkSession, path: str, dataset: str) -> DataFrame:
     """Pooled labels `QueryID RegionID URLID Relevance`, not tied to a SERP."""
     f = F.col("f")
-    return whitespace_fields(spark, path, 4, "QueryID RegionID URLID Relevance").select(
+    return to_parsed_labels(whitespace_fields(spark, path, 4, "QueryID RegionID URLID Relevance").select(
         "source", "line", "record", "raw", "parse_rule", "parse_reason",
         F.lit(dataset).alias("dataset"),
-        F.lit(None).cast("string").alias("session_id"),
         f[0].alias("query_id"),
-        F.lit(None).cast("string").alias("serp_id"),
         F.concat_ws("|", f[0], f[1], f[2]).alias("label_key"),
         F.array(f[2]).alias("doc_ids"),
         F.array(f[3]).alias("relevances"),
-    )
+    ))
