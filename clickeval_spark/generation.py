@@ -15,8 +15,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from clickeval_spark.config import CLICK_MODES, LIST_ORDERS
-from clickeval_spark.models.sampling import sample_serps
-from clickeval_spark.models.spark_em import FittedModel
+from clickeval_spark.models.fitted import FittedModel
 from clickeval_spark.tables import GENERATED_SERP_FIELDS
 
 HALF = 5  # shuffled_halves: ranks 1-5 and 6-10 are permuted separately
@@ -66,7 +65,7 @@ def generate(serps: DataFrame, fitted: FittedModel, generator: str, *, samples: 
     base = serps.select(*SERP_COLUMNS)
     lists = reduce(DataFrame.unionByName,
                    [reorder(base, order, seed).withColumn("list_order", F.lit(order)) for order in list_orders])
-    sampled = sample_serps(lists, fitted, k=1 if deterministic else samples, seed=seed, deterministic=deterministic)
+    sampled = fitted.sample(lists, k=1 if deterministic else samples, seed=seed, deterministic=deterministic)
     return sampled.select(
         F.lit(generator).alias("generator_model"), "sample_idx", F.lit(click_mode).alias("click_mode"),
         "list_order", *SERP_COLUMNS)

@@ -18,9 +18,9 @@ from pyspark.sql import functions as F
 from clickeval_spark.metrics.bootstrap import SCALE, to_fixed
 from clickeval_spark.metrics.click_prediction import clipped, log_lik
 from clickeval_spark.models.base import ClickModel
-from clickeval_spark.models.predict import predict_clicks
 from clickeval_spark.models.priors import ModelPrior
-from clickeval_spark.models.spark_em import FittedModel, fit
+from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.models.spark_em import fit
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def perplexity(serps: DataFrame, fitted: FittedModel, eps: float = 1e-6) -> Perp
     """
     ln = log_lik(clipped("p_click", eps))
     per_rank = {r["rank"]: r for r in (
-        predict_clicks(serps, fitted).groupBy("rank")
+        fitted.predict(serps).groupBy("rank")
         .agg(F.count("*").alias("n"), F.sum(to_fixed(ln)).alias("ln")).collect())}
     at_rank = tuple(math.exp(-per_rank[t]["ln"] / SCALE / per_rank[t]["n"]) if t in per_rank else math.nan
                     for t in range(1, fitted.max_rank + 1))
@@ -59,3 +59,16 @@ def coverage(real: DataFrame, synthetic: DataFrame, on_real: FittedModel, surrog
     """(Reverse, Forward) perplexity of one generator's synthetic sequences against the real SERPs."""
     on_synthetic = fit_surrogate(synthetic, surrogate, iterations, max_rank, logger, prior)
     return perplexity(real, on_synthetic, eps), perplexity(synthetic, on_real, eps)
+
+
+def coverage_row(run_id: str, dataset: str, generator: str, surrogate: str, surrogate_iterations: int,
+                 order: str, mode: str, reverse: Perplexity, forward: Perplexity, n_real: int) -> dict:
+    """One distributional_metrics row: a generator's Reverse / Forward PPL (NaN stored as null)."""
+    def finite(v: float) -> float | None:
+        return None if math.isnan(v) else v
+
+    return {"run_id": run_id, "dataset": dataset, "generator_model": generator, "surrogate_model": surrogate,
+            "variant": f"{order}/{mode}", "list_order": order, "click_mode": mode,
+            "reverse_ppl": finite(reverse.total), "forward_ppl": finite(forward.total),
+            "reverse_ppl_at": [finite(v) for v in reverse.at_rank], "forward_ppl_at": [finite(v) for v in forward.at_rank],
+            "n_synthetic": forward.n_serps, "n_real": n_real, "surrogate_iterations": surrogate_iterations}

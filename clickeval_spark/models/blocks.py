@@ -44,6 +44,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from clickeval_spark.models.attach import list_lengths
 from clickeval_spark.models.base import INIT_VALUE, ClickModel, log_likelihood
 from clickeval_spark.models.priors import FamilyPrior, log_prior, pooled_rank_means, posterior_mode
 
@@ -131,12 +132,8 @@ def pack_block(pdf: pd.DataFrame, M: int) -> tuple[bytes, bytes]:
     pdf = pdf.sort_values(["held_out", "serp_id"], kind="stable")
     n_train = int((~pdf["held_out"].to_numpy(dtype=bool)).sum())
     docs = pdf["doc_ids"].to_numpy()
-    lens = np.fromiter((len(a) for a in docs), dtype=np.int64, count=len(docs))
     click_lists = pdf["clicks"].to_numpy()
-    click_lens = np.fromiter((len(a) for a in click_lists), dtype=np.int64, count=len(docs))
-    if not np.array_equal(lens, click_lens):
-        raise ValueError("serps rows with clicks and doc_ids of different lengths; "
-                         "run them through ingest (which quarantines them) first")
+    lens = list_lengths(docs, click_lists)
     B = len(pdf)
     mask = np.arange(M)[None, :] < lens[:, None]
     clicks = np.zeros((B, M), dtype=np.int8)

@@ -29,10 +29,11 @@ import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from clickeval_spark.errors import ClickevalError
 from clickeval_spark.models.base import ClickModel
 from clickeval_spark.models.priors import is_per_rank
 from clickeval_spark import tables
-from clickeval_spark.models.spark_em import FittedModel
+from clickeval_spark.models.fitted import FittedModel
 
 # the table's own schema (clickeval_spark/tables.py), as a DDL string
 MODEL_PARAMS_SCHEMA = tables.MODEL_PARAMS.simpleString()
@@ -158,3 +159,21 @@ def from_param_rows(df: DataFrame, model: ClickModel, run_id: str, max_rank: int
         qd = df.sparkSession.createDataFrame([], "query_id string, doc_id string, n_obs double")
     return FittedModel(model=model, max_rank=M, qd=qd, glob=glob, prior=prior, history=[],
                        prior_spec=spec if spec["kind"] else {})
+
+
+def load_fitted(params: DataFrame, name: str, run_id: str, max_rank: int) -> FittedModel:
+    """Model `name` of run `run_id` from model_params. A run or model never fitted, or a model name the
+    code does not know, is a user error: one line saying what to run, not a traceback."""
+    from clickeval_spark.models import get_model  # the registry imports every kernel module
+
+    try:
+        model = get_model(name)
+    except ValueError as exc:
+        raise ClickevalError(f"model_params: {exc}") from None
+    try:
+        return from_param_rows(params, model, run_id, max_rank)
+    except ValueError as exc:
+        if params.where((F.col("run_id") == run_id) & (F.col("model") == name)).limit(1).count() == 0:
+            raise ClickevalError(f"run {run_id}: no model_params for model {name}; "
+                                 f"run `clickeval fit --run-id {run_id}` first") from None
+        raise ClickevalError(f"run {run_id}: {exc}; rerun `clickeval fit --run-id {run_id}`") from None

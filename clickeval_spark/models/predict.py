@@ -1,7 +1,7 @@
 """Click probabilities and relevance scores from a fitted click model.
 
 Both run the kernel inside ``mapInPandas`` on parameters attached to the SERP
-arrays exactly as in EM (`spark_em.attach_qd`: per-query maps for queries with
+arrays exactly as in EM (`attach.attach_qd`: per-query maps for queries with
 few docs, a (query, doc) join for head queries); pairs unseen in training get
 ``fitted.prior``. Only the global
 parameters travel in the task closure.
@@ -16,7 +16,8 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from clickeval_spark.models.spark_em import FittedModel, attach_qd, batch_arrays, qd_array_col, truncate_serps
+from clickeval_spark.models.attach import attach_qd, batch_arrays, qd_array_col, truncate_serps
+from clickeval_spark.models.fitted import FittedModel
 
 PREDICTION_SCHEMA = (
     "dataset string, split string, serp_id string, query_id string, doc_id string, "

@@ -23,21 +23,17 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.models.base import sample_clicks
-from clickeval_spark.models.spark_em import FittedModel, attach_qd, batch_arrays, pad, truncate_serps
+from clickeval_spark.hashing import seeded_uniform
+from clickeval_spark.models.attach import attach_qd, batch_arrays, pad, truncate_serps
+from clickeval_spark.models.fitted import FittedModel
 
-_MANTISSA = (1 << 53) - 1
 _LIST_COLS = ("doc_ids", "vtypes", "clicks")
 
 
-def uniform(seed: int, serp_id: Column, sample_idx: Column, rank: Column) -> Column:
-    """Deterministic U[0, 1) from (seed, serp_id, sample_idx, rank), 53 random bits."""
-    h = F.xxhash64(F.lit(int(seed)).cast("long"), serp_id, sample_idx, rank)
-    return h.bitwiseAND(F.lit(_MANTISSA)).cast("double") / float(1 << 53)
-
-
 def _uniforms(seed: int):
+    """The draw of rank r: U[0, 1) from (seed, serp_id, sample_idx, r)."""
     def fn(r: Column) -> Column:
-        return uniform(seed, F.col("serp_id"), F.col("sample_idx"), r)
+        return seeded_uniform(seed, F.col("serp_id"), F.col("sample_idx"), r)
 
     return fn
 

@@ -22,10 +22,13 @@ from clickeval_spark.models import MODELS, get_model
 from clickeval_spark.models.base import INIT_VALUE, sample_clicks
 from clickeval_spark.models.params_io import MODEL_PARAMS_SCHEMA, from_param_rows, to_param_rows
 from clickeval_spark.models.predict import PREDICTION_SCHEMA, predict_clicks, relevance_scores
-from clickeval_spark.models.sampling import sample_serps, uniform
-from clickeval_spark.models import blocks, spark_em
+from clickeval_spark.hashing import seeded_uniform
+from clickeval_spark.models.sampling import sample_serps
+from clickeval_spark.models import attach, blocks, spark_em
 from clickeval_spark.models.priors import model_prior
-from clickeval_spark.models.spark_em import FittedModel, attach_qd, fit
+from clickeval_spark.models.attach import attach_qd
+from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.models.spark_em import fit
 from tests.models.numpy_em import fit_numpy, gather, simulate, total_log_likelihood
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -188,7 +191,7 @@ def test_attach_qd_routes_agree(spark):
     expected = {r[0]: (r[1], r[2], arrays(r[1], r[2], 0), arrays(r[1], r[2], 1)) for r in df.collect()}
     # 0: every query by the join; 1 and 3: q1 (4 pairs) by the join, q2 / q3 by maps; 100: maps only
     for threshold in (0, 1, 3, 100):
-        out = spark_em._attach_by_size(df, qd, ["alpha", "sigma"], prior, threshold)
+        out = attach._attach_by_size(df, qd, ["alpha", "sigma"], prior, threshold)
         assert out.columns == ["serp_id", "query_id", "doc_ids", "_qd_alpha", "_qd_sigma"]
         got = {r.serp_id: (r.query_id, r.doc_ids, r._qd_alpha, r._qd_sigma) for r in out.collect()}
         assert got == expected, threshold
@@ -240,7 +243,7 @@ def test_predict_and_sampling_same_on_both_routes(spark, monkeypatch):
     fitted, _, _ = hand_fitted(spark, model, log, seed=3)
     df = log.df(spark)
     by_map = (predict_clicks(df, fitted), sorted_rows(sample_serps(df, fitted, k=2, seed=5)))
-    monkeypatch.setattr(spark_em, "MAP_MAX_DOCS", 0)
+    monkeypatch.setattr(attach, "MAP_MAX_DOCS", 0)
     by_join = (predict_clicks(df, fitted), sorted_rows(sample_serps(df, fitted, k=2, seed=5)))
     assert_df_equality(by_map[0], by_join[0], ignore_nullable=True, ignore_row_order=True)
     assert_df_equality(by_map[1], by_join[1], ignore_nullable=True)
@@ -402,7 +405,7 @@ def test_sampling_follows_kernel_given_the_hashed_uniforms(spark):
             .crossJoin(spark.range(k).select(F.col("id").cast("int").alias("sample_idx")))
             .crossJoin(spark.range(1, log.M + 1).select(F.col("id").cast("int").alias("rank")))
             .select("serp_id", "sample_idx", "rank",
-                    uniform(seed, F.col("serp_id"), F.col("sample_idx"), F.col("rank")).alias("u")))
+                    seeded_uniform(seed, F.col("serp_id"), F.col("sample_idx"), F.col("rank")).alias("u")))
     u = np.ones((len(log.rows), k, log.M))
     pos = {row[3]: b for b, row in enumerate(log.rows)}
     for r in u_df.collect():
@@ -515,8 +518,8 @@ def test_param_rows_round_trip(spark, warehouse):
         assert_df_equality(back.qd, fitted.qd, ignore_nullable=True, ignore_row_order=True,
                            ignore_column_order=True)
     log, fitted, _, _ = fits["ubm"]
-    back = from_param_rows(stored, get_model("ubm"), "run-1", M)
-    assert_df_equality(predict_clicks(log.df(spark), back), predict_clicks(log.df(spark), fitted),
+    back = FittedModel.from_rows(stored, get_model("ubm"), "run-1", M)
+    assert_df_equality(back.predict(log.df(spark)), fitted.predict(log.df(spark)),
                        ignore_nullable=True, ignore_row_order=True)
     with pytest.raises(ValueError, match="lack values"):
         from_param_rows(stored, get_model("ubm"), "run-1", M + 1)

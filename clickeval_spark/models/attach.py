@@ -1,0 +1,208 @@
+"""Bringing fitted per-(query, doc) parameters to SERPs, and SERP lists as padded numpy arrays:
+what predict and the sampler share (EM packs its own blocks, models/blocks.py).
+
+`truncate_serps` is the one place that decides which SERPs the models see (fit,
+predict and the sampler all start there).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from clickeval_spark.models.base import INIT_VALUE
+
+
+def truncate_serps(serps: DataFrame, max_rank: int, keep: Sequence[str] = (),
+                   cut: Sequence[str] = ()) -> DataFrame:
+    """SERPs with a query and at least one result, lists cut to ``max_rank`` ranks.
+
+    The one place that decides which SERPs the models see (fit, predict and the
+    sampler all start here). Output: ``keep`` columns (as they are, but those
+    also named in ``cut``, per-rank lists such as vtypes, are cut to
+    ``max_rank`` too), query_id, doc_ids, clicks.
+    """
+    out = serps.filter(F.col("query_id").isNotNull() & (F.size(F.col("doc_ids")) > 0))
+    extra = [c for c in keep if c not in ("query_id", "doc_ids", "clicks")]
+    return out.select(
+        *[F.slice(F.col(c), 1, max_rank).alias(c) if c in cut else F.col(c) for c in extra],
+        "query_id",
+        F.slice(F.col("doc_ids"), 1, max_rank).alias("doc_ids"),
+        F.slice(F.col("clicks"), 1, max_rank).alias("clicks"),
+    )
+
+
+def qd_array_col(p: str) -> str:
+    """Name of the per-rank array column holding qd parameter ``p`` after `attach_qd`."""
+    return f"_qd_{p}"
+
+
+def _lookup_struct(d: Column) -> Column:
+    return F.try_element_at(F.col("_qd_map"), d)
+
+
+def _field_or(p: str, default: float):
+    def fn(x: Column) -> Column:
+        return F.coalesce(x.getField(p), F.lit(float(default)))
+
+    return fn
+
+
+def _field(p: str):
+    def fn(x: Column) -> Column:
+        return x.getField(p)
+
+    return fn
+
+
+#: Queries with more than this many (query, doc) pairs in the qd table get their
+#: parameters through the impression join of `attach_qd`; the others through a
+#: per-query map (predict and the sampler). Measured with benchmarks/attach_bench.py
+#: (git history; removed when EM moved to query blocks), local[2], 10 ranks, PBM and
+#: DBN: the map route is faster up to ~150 docs per query, the two tie at ~300, the
+#: join is ~20% faster at 600 and pulls away from there (the map cost per SERP grows
+#: with the query's doc count, the join's does not).
+MAP_MAX_DOCS = 300
+
+
+def attach_qd(df: DataFrame, qd: DataFrame | None, params: Sequence[str],
+              prior: dict[str, float]) -> DataFrame:
+    """Add one array<double> column per qd parameter aligned with ``doc_ids``.
+
+    ``qd`` = None means "no estimates yet": every rank gets ``prior[p]``.
+    Pairs missing from ``qd`` get ``prior[p]``. Output: df's columns + the
+    `qd_array_col(p)` columns (rows in no particular order).
+
+    Two routes, chosen per query by its number of pairs in ``qd`` (a window
+    count, computed in Spark):
+
+    * at most `MAP_MAX_DOCS` pairs (the common case): the query's pairs become
+      one ``map<doc_id, struct<params>>``, merge-joined to its SERPs on
+      query_id (the SERPs are not reshuffled when they are already partitioned
+      by query_id, as in `fit`) and looked up once per rank for all parameters.
+      A map lookup is a linear scan, so this costs O(#docs of the query) per
+      rank, and the map rides along with every SERP row of the query: fine for
+      small queries only.
+    * more pairs (head queries): the query's SERPs are exploded to impressions
+      (row id, rank, query_id, doc_id), left-joined with the qd rows on
+      (query_id, doc_id) and regrouped per SERP (the SERP's own columns ride
+      along once, on its first impression); arrays are ordered by rank with
+      ``array_sort``. Cost is linear in the impressions, and the lookup join
+      and regroup of a head query's impressions are spread over all partitions
+      instead of one task.
+
+    Nothing goes through the driver: no collect, no broadcast (the joins carry
+    hints that keep adaptive execution from broadcasting a qd-derived side).
+    """
+    if not params:
+        return df
+    if qd is None:
+        arrays = [F.transform(F.col("doc_ids"), _constant(prior[p])).alias(qd_array_col(p))
+                  for p in params]
+        return df.select(*df.columns, *arrays)
+    return _attach_by_size(df, qd, params, prior, MAP_MAX_DOCS)
+
+
+def _attach_by_size(df: DataFrame, qd: DataFrame, params: Sequence[str],
+                    prior: dict[str, float], max_map_docs: int) -> DataFrame:
+    """`attach_qd` with an explicit threshold (0: every query takes the join route)."""
+    n_docs = F.count(F.lit(1)).over(Window.partitionBy("query_id"))
+    sized = qd.select("query_id", "doc_id", *[F.col(p) for p in params], n_docs.alias("_qd_n"))
+    small = F.col("_qd_n") <= F.lit(int(max_map_docs))
+
+    # --- small queries: one map per query, joined on query_id --------------------
+    maps = (
+        sized.groupBy("query_id")
+        .agg(F.map_from_entries(F.collect_list(F.when(small, F.struct(
+            F.col("doc_id"), F.struct(*[F.col(p).alias(p) for p in params]))))).alias("_qd_map"),
+             (F.max("_qd_n") > F.lit(int(max_map_docs))).alias("_qd_big"))
+    )
+    # never broadcast the maps: a broadcast goes through the driver (scale rule); a
+    # sort-merge join on query_id reuses the SERPs' query partitioning. One map scan
+    # per rank for all parameters: look the struct up once, then split it.
+    by_map = (
+        df.join(maps.hint("merge"), on="query_id", how="left")
+        .filter(~F.coalesce(F.col("_qd_big"), F.lit(False)))
+        .select(*df.columns, F.transform(F.col("doc_ids"), _lookup_struct).alias("_qd_found"))
+        .select(*df.columns, *[F.transform(F.col("_qd_found"), _field_or(p, prior[p])).alias(qd_array_col(p))
+                               for p in params])
+    )
+
+    # --- large queries: impressions joined on (query_id, doc_id), regrouped --------
+    big = sized.filter(~small)
+    big_queries = big.select("query_id").distinct()
+    big_pairs = big.select(F.col("query_id").alias("_qd_q"), F.col("doc_id").alias("_qd_d"),
+                           *[F.col(p).alias(f"_qd_v_{p}") for p in params])
+    # a semi join against the few large query ids: hashed, so the SERPs are not sorted;
+    # when there is none, adaptive execution drops this whole branch. The row id only
+    # has to be unique within this plan (Spark reruns a whole stage on retry when a
+    # nondeterministic expression feeds a shuffle).
+    rows = (
+        df.join(big_queries.hint("shuffle_hash"), on="query_id", how="left_semi")
+        .select(F.monotonically_increasing_id().alias("_qd_sid"), F.struct(*df.columns).alias("_qd_row"))
+    )
+    imps = rows.select("_qd_sid", "_qd_row", F.posexplode_outer(F.col("_qd_row.doc_ids")).alias("_qd_pos", "_qd_d"))
+    imps = imps.select(
+        "_qd_sid", "_qd_pos", F.col("_qd_row.query_id").alias("_qd_q"), "_qd_d",
+        # the SERP's own columns travel once, on its first impression
+        F.when(F.coalesce(F.col("_qd_pos"), F.lit(0)) == 0, F.col("_qd_row")).alias("_qd_row"),
+    )
+    looked_up = imps.join(big_pairs.hint("merge"), on=["_qd_q", "_qd_d"], how="left")
+    entry = F.struct(F.col("_qd_pos").alias("pos"),
+                     *[F.coalesce(F.col(f"_qd_v_{p}"), F.lit(float(prior[p]))).alias(p) for p in params])
+    regrouped = looked_up.groupBy("_qd_sid").agg(
+        F.first("_qd_row", ignorenulls=True).alias("_qd_row"),
+        F.array_sort(F.collect_list(F.when(F.col("_qd_pos").isNotNull(), entry))).alias("_qd_vals"),
+    )
+    no_list = F.col("_qd_row.doc_ids").isNull()
+    by_join = regrouped.select(
+        *[F.col("_qd_row").getField(c).alias(c) for c in df.columns],
+        *[F.when(no_list, F.lit(None)).otherwise(F.transform(F.col("_qd_vals"), _field(p)))
+          .alias(qd_array_col(p)) for p in params],
+    )
+    return by_map.unionByName(by_join)
+
+
+def _constant(value: float):
+    def fn(d: Column) -> Column:
+        return F.lit(float(value))
+
+    return fn
+
+
+def pad(series: pd.Series, M: int, dtype, fill=0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pad a Series of 1-D arrays (lengths <= M) to (B, M).
+
+    Returns (padded, mask, lengths). Vectorised: one concatenate and one masked store.
+    """
+    arrs = series.to_numpy()
+    lens = np.fromiter((len(a) for a in arrs), dtype=np.int64, count=len(arrs))
+    mask = np.arange(M)[None, :] < lens[:, None]
+    out = np.full((len(arrs), M), fill, dtype=dtype)
+    if len(arrs):
+        out[mask] = np.concatenate(arrs).astype(dtype, copy=False)
+    return out, mask, lens
+
+
+def list_lengths(doc_lists: np.ndarray, click_lists: np.ndarray) -> np.ndarray:
+    """Each SERP's list length; a clicks list of another length than its doc list is an error
+    (ingest quarantines such SERPs, so this only guards against unvalidated input)."""
+    lens = np.fromiter((len(a) for a in doc_lists), dtype=np.int64, count=len(doc_lists))
+    click_lens = np.fromiter((len(a) for a in click_lists), dtype=np.int64, count=len(click_lists))
+    if not np.array_equal(lens, click_lens):
+        raise ValueError("serps rows with clicks and doc_ids of different lengths; "
+                         "run them through ingest (which quarantines them) first")
+    return lens
+
+
+def batch_arrays(pdf: pd.DataFrame, M: int, params: Sequence[str]):
+    """(clicks int8 (B, M), mask, lengths, {p: (B, M) float64}) of a batch with attached params."""
+    list_lengths(pdf["doc_ids"].to_numpy(), pdf["clicks"].to_numpy())
+    clicks, mask, lens = pad(pdf["clicks"], M, np.int8, 0)
+    qd = {p: pad(pdf[qd_array_col(p)], M, np.float64, INIT_VALUE)[0] for p in params}
+    return clicks, mask, lens, qd

@@ -1,0 +1,79 @@
+"""FittedModel: a fitted click model's parameters, and what can be done with them.
+
+Like Spark MLlib's ALSModel: the parameters live in a DataFrame (per (query, doc)) and
+numpy arrays (per rank / global), and the methods return DataFrames, computed by
+Spark without collecting anything per query to the driver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from pyspark.sql import DataFrame
+
+from clickeval_spark.models.base import ClickModel
+
+
+@dataclass
+class FittedModel:
+    """A fitted click model.
+
+    qd:      DataFrame query_id string, doc_id string, one double column per
+             ``model.qd_params`` entry, n_obs double (impressions of the pair in
+             the training log). Empty of columns but the keys for models with no
+             qd parameters.
+    glob:    per-rank / global parameters, shapes ``model.global_shapes(max_rank)``.
+    prior:   qd parameter -> value used for (query, doc) pairs unseen in
+             training: its family's prior mean m (see the module docstring).
+    history: (iteration, mean per-SERP training LL, seconds); iteration 0 is the
+             starting point.
+    """
+
+    model: ClickModel
+    max_rank: int
+    qd: DataFrame
+    glob: dict[str, np.ndarray]
+    prior: dict[str, float]
+    history: list[tuple[int, float, float]] = field(default_factory=list)
+    #: the estimator, enough to reproduce the fit: kind, and per family with a prior its k and m
+    prior_spec: dict = field(default_factory=dict)
+    #: `k: auto`: every candidate strength's valid LL per position and the choice (None otherwise)
+    selection: dict | None = None
+    #: log posterior per training SERP, per history entry (LL + log prior density)
+    log_posterior: list[float] = field(default_factory=list)
+    #: LL per position of the held-out SERPs packed with the log (None without)
+    valid_ll: float | None = None
+
+    # The methods import their modules when called: those modules build FittedModels themselves.
+
+    def predict(self, serps: DataFrame) -> DataFrame:
+        """One row per evaluated position of `serps` with click, p_click_cond and p_click (models/predict.py)."""
+        from clickeval_spark.models.predict import predict_clicks
+
+        return predict_clicks(serps, self)
+
+    def relevance(self, pairs: DataFrame | None = None) -> DataFrame:
+        """query_id, doc_id, score: the model's relevance estimate of `pairs` (default: its qd table)."""
+        from clickeval_spark.models.predict import relevance_scores
+
+        return relevance_scores(self, pairs)
+
+    def sample(self, serps: DataFrame, *, k: int, seed: int, **options) -> DataFrame:
+        """`k` click sequences per SERP drawn from the model (models/sampling.py `sample_serps`)."""
+        from clickeval_spark.models.sampling import sample_serps
+
+        return sample_serps(serps, self, k=k, seed=seed, **options)
+
+    def to_rows(self, run_id: str) -> DataFrame:
+        """The model_params rows of this model for run `run_id` (models/params_io.py)."""
+        from clickeval_spark.models.params_io import to_param_rows
+
+        return to_param_rows(self, run_id)
+
+    @classmethod
+    def from_rows(cls, rows: DataFrame, model: ClickModel, run_id: str, max_rank: int) -> "FittedModel":
+        """The model `model` of run `run_id` from model_params rows (history is not stored)."""
+        from clickeval_spark.models.params_io import from_param_rows
+
+        return from_param_rows(rows, model, run_id, max_rank)
