@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.evaluate_again --size 1000000 [--models pbm] [--repeat 2]
 
-Runs stages.evaluate_stage --repeat times in one session (the first includes JVM warm-up)
+Runs the evaluate stage --repeat times in one session (the first includes JVM warm-up)
 on <workdir>/warehouse-<size>, run id bench-<size>; --models restricts the evaluated
 models (the benchmark evaluates pbm, ubm and dbn).
 """
@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from clickeval_spark import stages
+from clickeval_spark.context import StageContext
+from clickeval_spark.stages import STAGES
 from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.runtime import session_for
 
@@ -33,7 +34,7 @@ def main(argv=None) -> int:
     try:
         for i in range(args.repeat):
             t = time.perf_counter()
-            stages.evaluate_stage(spark, cfg, wh, f"bench-{args.size}")
+            STAGES["evaluate"](StageContext(spark, cfg, wh, f"bench-{args.size}"))
             print(f"evaluate {args.size:,} SERPs, models {list(cfg.evaluated_models)}, "
                   f"{cfg.evaluate.replicates} replicates, run {i + 1}: {time.perf_counter() - t:.1f} s", flush=True)
     finally:

@@ -41,7 +41,9 @@ import numpy as np
 from pyspark.sql import functions as F
 
 from benchmarks.numpy_reference import REFERENCES
-from clickeval_spark import stages, tables
+from clickeval_spark import tables
+from clickeval_spark.context import StageContext
+from clickeval_spark.stages import STAGES
 from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.models import get_model
 from clickeval_spark.models.params_io import from_param_rows
@@ -107,7 +109,7 @@ def reference_arrays(spark, warehouse: str, cfg, M: int):
     Pairs are numbered by a 64-bit hash of (query_id, doc_id) collected from Spark and
     np.unique'd here; this is the benchmark's setup, not part of any timing.
     """
-    serps = stages._serps(spark, warehouse, cfg, ("train",))
+    serps = StageContext(spark, cfg, warehouse, "-").serps(("train",))
     pair_hash = F.transform(F.slice("doc_ids", 1, M), lambda d: F.xxhash64(F.col("query_id"), d))
     tbl = serps.select(pair_hash.alias("h"), F.slice("clicks", 1, M).cast("array<tinyint>").alias("c")).toArrow()
     h_list, c_list = tbl.column("h").combine_chunks(), tbl.column("c").combine_chunks()
@@ -131,10 +133,11 @@ def run_size(spark, conf: str, n: int, workdir: Path, iterations: int) -> dict:
     })
     run_id = f"bench-{n}"
     out: dict = {"n_serps": n, "stages": {}, "fit": {}}
+    ctx = StageContext(spark, cfg, wh, run_id)
     with PeakRss() as rss:
-        counts, out["stages"]["ingest"] = timed(stages.ingest_stage, spark, cfg, wh, run_id)
+        counts, out["stages"]["ingest"] = timed(STAGES["ingest"], ctx)
         out["n_train"] = int(counts["serps_train"])
-        histories, out["stages"]["fit"] = timed(stages.fit_stage, spark, cfg, wh, run_id)
+        histories, out["stages"]["fit"] = timed(STAGES["fit"], ctx)
         params = tables.read_table(spark, wh, "model_params")
         pair, clicks, n_pairs = reference_arrays(spark, wh, cfg, cfg.fit.max_rank)
         out["n_pairs"] = n_pairs
@@ -151,11 +154,11 @@ def run_size(spark, conf: str, n: int, workdir: Path, iterations: int) -> dict:
                            max_global_diff=max(float(np.max(np.abs(fitted.glob[k] - glob[k]))) for k in glob))
             out["fit"][name] = row
         del pair, clicks
-        out["stages"]["predict"] = timed(stages.predict_stage, spark, cfg, wh, run_id)[1]
-        out["stages"]["evaluate"] = timed(stages.evaluate_stage, spark, cfg, wh, run_id)[1]
+        out["stages"]["predict"] = timed(STAGES["predict"], ctx)[1]
+        out["stages"]["evaluate"] = timed(STAGES["evaluate"], ctx)[1]
         out["n_evaluated"] = n
-        out["stages"]["generate"] = timed(stages.generate_stage, spark, cfg, wh, run_id)[1]
-        out["stages"]["surrogate"] = timed(stages.surrogate_stage, spark, cfg, wh, run_id)[1]
+        out["stages"]["generate"] = timed(STAGES["generate"], ctx)[1]
+        out["stages"]["surrogate"] = timed(STAGES["surrogate"], ctx)[1]
     out["peak_rss_gb"] = rss.peak / 2**30
     return out
 

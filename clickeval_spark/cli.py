@@ -1,31 +1,142 @@
 """`clickeval <verb> [--conf conf/<env>.yaml] [--run-id ID] [--set key=value ...]`.
 
-Verbs: every pipeline stage (each is jobs/<stage>.py), `run` / `pipeline` (all stages in
-one session), `tables` (row counts and Delta versions) and `sql "<query>"`.
+Verbs: every stage of clickeval_spark.stages.STAGES, `run` (alias `pipeline`: every stage in one
+session), `tables` (row counts and Delta versions) and `sql "<query>"` (read-only by default).
+jobs/<verb>.py is the same command for spark-submit: each file is `job_source(verb)`, and a test
+keeps them so (`python -m clickeval_spark.cli --write-jobs jobs` rewrites them).
 """
 
 from __future__ import annotations
 
-import importlib
+import argparse
+import logging
 import sys
+from pathlib import Path
+from typing import Callable, Sequence
 
-# the pipeline's stages in run order: jobs/<stage>.py each, and one Airflow task each
-PIPELINE_STAGES = ("ingest", "fit", "predict", "evaluate", "generate", "surrogate", "report")
-# verb -> module in jobs/
-VERBS = {**{s: s for s in PIPELINE_STAGES}, "pipeline": "pipeline", "run": "pipeline", "tables": "tables",
-         "sql": "sql"}
+from delta.tables import DeltaTable
+from pyspark.errors import PySparkException
+from pyspark.logger import PySparkLogger
+
+from clickeval_spark import tables
+from clickeval_spark.context import StageContext
+from clickeval_spark.errors import ClickevalError
+from clickeval_spark.readonly import not_read_only
+from clickeval_spark.runtime import DEFAULT_CONF, check_local_inputs, load, session_for, warehouse_root
+from clickeval_spark.stages import STAGES, run_pipeline
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in VERBS:
-        print(f"usage: clickeval {{{','.join(VERBS)}}} [--conf FILE] [--run-id ID] [--set KEY=VALUE ...]\n"
-              "  run: every stage in one session; tables: row counts and Delta versions; sql \"<query>\"",
-              file=sys.stderr)
+def list_tables(ctx: StageContext, args: argparse.Namespace) -> None:
+    """`clickeval tables`: every result table with its row count, latest Delta version and last write."""
+    print(f"warehouse: {ctx.warehouse}")
+    print(f"{'table':<24}{'rows':>12}{'version':>9}  last write")
+    for name in tables.SCHEMAS:
+        if not ctx.exists(name):
+            print(f"{name:<24}{'-':>12}{'-':>9}  (not written yet)")
+            continue
+        last = (DeltaTable.forPath(ctx.spark, tables.table_path(ctx.warehouse, name)).history(1)
+                .select("version", "timestamp", "userMetadata").first())
+        print(f"{name:<24}{ctx.read(name).count():>12}{last['version']:>9}  {last['timestamp']:%Y-%m-%d %H:%M:%S} "
+              f"{last['userMetadata'] or ''}")
+
+
+def run_sql(ctx: StageContext, args: argparse.Namespace) -> None:
+    """`clickeval sql "<query>"`: Spark SQL with every result table available by its name. Read-only unless
+    --allow-writes: Spark's parser must find a query or a SHOW / DESCRIBE / EXPLAIN (readonly.py)."""
+    if not args.allow_writes:
+        kind = not_read_only(ctx.spark, args.query)
+        if kind:
+            raise ClickevalError(f"refused: the statement is a {kind}, not a query; clickeval sql runs only "
+                                 "SELECT, WITH, VALUES, SHOW, DESCRIBE and EXPLAIN unless --allow-writes is given")
+    registered = tables.register_tables(ctx.spark, ctx.warehouse)
+    try:
+        ctx.spark.sql(args.query).show(n=args.limit, truncate=False)
+    except PySparkException as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ClickevalError(f"query failed: {first} (tables: {', '.join(registered) or 'none yet'})") from None
+
+
+# verb -> what it runs; the stages come from the registry
+COMMANDS: dict[str, Callable[[StageContext, argparse.Namespace], object]] = {
+    **{name: (lambda ctx, args, stage=stage: stage(ctx)) for name, stage in STAGES.items()},
+    "run": lambda ctx, args: run_pipeline(ctx),
+    "tables": list_tables,
+    "sql": run_sql,
+}
+ALIASES = {"pipeline": "run"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--conf", default=DEFAULT_CONF,
+                        help="conf/<env>.yaml (default: conf/local.yaml in the working directory)")
+    common.add_argument("--run-id", help="run id (default: from config, else '<env>-<UTC timestamp>')")
+    common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key, e.g. --set ingest.dataset=trec (value parsed as YAML)")
+    parser = argparse.ArgumentParser(prog="clickeval", description="clickeval-spark: click-model evaluation on "
+                                     "search logs (DESIGN.md §2: ingest → fit → predict → evaluate → generate → "
+                                     "surrogate → report)")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    for name, stage in STAGES.items():
+        verbs.add_parser(name, parents=[common], help=stage.summary, description=stage.summary)
+    verbs.add_parser("run", aliases=list(ALIASES), parents=[common],
+                     help="every stage in order in one session (the main job)")
+    verbs.add_parser("tables", parents=[common], help="row count, Delta version and last write of every table")
+    sql = verbs.add_parser("sql", parents=[common], help="a read-only Spark SQL query over the tables")
+    sql.add_argument("query", help="a Spark SQL query, e.g. \"SELECT model, value FROM metrics WHERE metric = 'LL'\"")
+    sql.add_argument("--limit", type=int, default=200, help="rows to print (default 200)")
+    sql.add_argument("--allow-writes", action="store_true",
+                     help="also run statements that are not queries (DELETE, INSERT, VACUUM, SET, ...)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, configure, build the session, run the verb; a known error becomes one line and exit 2."""
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    verb = ALIASES.get(args.verb, args.verb)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        # PySpark logs every analysis error as a JSON record; jobs report errors themselves, in one line
+        PySparkLogger.getLogger(name).disabled = True
+    try:
+        cfg, run_id = load(args.conf, args.set, args.run_id)
+        check_local_inputs(cfg, verb)
+        ctx = StageContext(session_for(cfg, verb), cfg, warehouse_root(cfg), run_id)
+        COMMANDS[verb](ctx, args)
+        return 0
+    except ClickevalError as exc:
+        print(f"clickeval {verb}: error: {exc}", file=sys.stderr)
         return 2
-    job = importlib.import_module(f"jobs.{VERBS[argv[0]]}")
-    return job.main(argv[1:])
+
+
+JOB_VERBS = (*STAGES, "pipeline", "tables", "sql")
+
+
+def job_source(verb: str) -> str:
+    """jobs/<verb>.py: the spark-submit entry point of `clickeval <verb>`."""
+    return (f'"""spark-submit entry point of `clickeval {verb}` (generated by clickeval_spark.cli.job_source)."""\n'
+            "\n"
+            "import sys\n"
+            "\n"
+            "from clickeval_spark import cli\n"
+            "\n"
+            "\n"
+            "def main(argv=None) -> int:\n"
+            f'    return cli.main(["{verb}", *(sys.argv[1:] if argv is None else argv)])\n'
+            "\n"
+            "\n"
+            'if __name__ == "__main__":\n'
+            "    sys.exit(main())\n")
+
+
+def write_job_files(folder: str) -> None:
+    for verb in JOB_VERBS:
+        (Path(folder) / f"{verb}.py").write_text(job_source(verb))
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--write-jobs"]:
+        write_job_files(sys.argv[2])
+        sys.exit(0)
     sys.exit(main())

@@ -1,22 +1,16 @@
-"""What every job entry point shares: argument parsing, config, session, run id, error reporting.
-
-Jobs stay thin: `main(argv) -> int` parses args here, builds the session here,
-and hands the session and the frozen config to library code.
-"""
+"""What the command line needs before a stage runs: the config with its --set overrides, the run id,
+a check that local input files exist, and the session. clickeval_spark.cli puts them together."""
 
 from __future__ import annotations
 
-import argparse
 import glob
-import logging
 import os
 import sys
 from datetime import datetime, timezone
-from typing import Callable, Sequence
+from typing import Sequence
 from urllib.parse import unquote, urlsplit
 
 import yaml
-from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 
 from clickeval_spark.config import (AppConfig, input_locations, is_uri, load_config, resolve_location,
@@ -26,28 +20,15 @@ from clickeval_spark.session import build_session
 
 # relative to the working directory, like every location in the config
 DEFAULT_CONF = os.path.join("conf", "local.yaml")
-# the pipeline stages each job runs, for the input files to check before the session starts
-JOB_STAGES = {"pipeline": ("ingest", "evaluate", "generate")}
+# the stages whose input files a verb reads, checked before the session starts (default: the verb itself)
+JOB_STAGES = {"run": ("ingest", "evaluate", "generate"), "pipeline": ("ingest", "evaluate", "generate")}
 
 
-def parse_args(job: str, argv: Sequence[str] | None,
-               add_arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=f"clickeval {job}", description=f"clickeval-spark {job} job")
-    if add_arguments:
-        add_arguments(parser)
-    parser.add_argument("--conf", default=DEFAULT_CONF,
-                        help="conf/<env>.yaml (default: conf/local.yaml in the working directory)")
-    parser.add_argument("--run-id", help="run id (default: from config, else '<env>-<UTC timestamp>')")
-    parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE",
-        help="override a config key, e.g. --set ingest.dataset=trec (value parsed as YAML)",
-    )
-    return parser.parse_args(list(argv) if argv is not None else None)
-
-
-def load(args: argparse.Namespace) -> tuple[AppConfig, str]:
+def load(conf: str, sets: Sequence[str] = (), run_id: str | None = None) -> tuple[AppConfig, str]:
+    """The config file `conf` with `--set KEY=VALUE` overrides `sets`, and the run id (given, from the
+    config, else '<env>-<UTC timestamp>')."""
     overrides = {}
-    for item in args.set:
+    for item in sets:
         key, sep, value = item.partition("=")
         if not sep:
             raise ClickevalError(f"--set {item!r}: expected KEY=VALUE")
@@ -55,8 +36,8 @@ def load(args: argparse.Namespace) -> tuple[AppConfig, str]:
             overrides[key] = yaml.safe_load(value)
         except yaml.YAMLError as exc:
             raise ConfigError(f"--set {key}: not a YAML value ({str(exc).splitlines()[0]})") from None
-    cfg = resolve_locations(load_config(args.conf, overrides))
-    run_id = args.run_id or cfg.run_id or f"{cfg.env}-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
+    cfg = resolve_locations(load_config(conf, overrides))
+    run_id = run_id or cfg.run_id or f"{cfg.env}-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
     return cfg, validate_run_id(run_id)
 
 
@@ -105,25 +86,3 @@ def session_for(cfg: AppConfig, job: str) -> SparkSession:
 
 def interactive() -> bool:
     return sys.stderr.isatty() and not os.environ.get("CI") and "PYTEST_CURRENT_TEST" not in os.environ
-
-
-def run_job(job: str, argv: Sequence[str] | None, body: Callable[..., object],
-            add_arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
-    """Parse, configure, run `body(spark, cfg, warehouse, run_id)` (plus the parsed args when the job adds
-    arguments of its own); known errors become one line and exit 2."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
-        # PySpark logs every analysis error as a JSON record; jobs report errors themselves, in one line
-        PySparkLogger.getLogger(name).disabled = True
-    try:
-        args = parse_args(job, argv, add_arguments)
-        cfg, run_id = load(args)
-        check_local_inputs(cfg, job)
-        spark = session_for(cfg, job)
-        extra = (args,) if add_arguments else ()
-        body(spark, cfg, warehouse_root(cfg), run_id, *extra)
-        return 0
-    except ClickevalError as exc:
-        print(f"clickeval {job}: error: {exc}", file=sys.stderr)
-        return 2

@@ -9,7 +9,8 @@ from clickeval_spark.config import (AppConfig, ExternalSequencesConfig, FitConfi
 from clickeval_spark.generation import generate, reorder
 from clickeval_spark.models import get_model
 from clickeval_spark.models.params_io import from_param_rows
-from clickeval_spark.stages import generate_stage, ingest_stage, surrogate_stage
+from clickeval_spark.context import StageContext
+from clickeval_spark.stages import STAGES
 
 RUN = "sim-run"
 
@@ -31,7 +32,7 @@ def simulated(spark, tmp_path_factory):
     """A UBM log with its true parameters stored as this run's fitted 'ubm' (the generator is the truth)."""
     warehouse = str(tmp_path_factory.mktemp("wh_dist"))
     cfg = _config()
-    ingest_stage(spark, cfg, warehouse, "sim-ingest")
+    STAGES["ingest"](StageContext(spark, cfg, warehouse, "sim-ingest"))
     truth = tables.read_table(spark, warehouse, "model_params").where("run_id = 'truth-sim-ubm'")
     tables.replace_slice(truth.withColumn("run_id", F.lit(RUN)).withColumn("model", F.lit("ubm")), warehouse,
                          "model_params", {"run_id": RUN, "model": "ubm"}, RUN)
@@ -49,8 +50,8 @@ def simulated(spark, tmp_path_factory):
     coin.write.parquet(f"{warehouse}/ext_coin")
     cfg = _config(external=(ExternalSequencesConfig(name="never", path=f"{warehouse}/ext_never"),
                             ExternalSequencesConfig(name="coin", path=f"{warehouse}/ext_coin")))
-    written = generate_stage(spark, cfg, warehouse, RUN)
-    rows = surrogate_stage(spark, cfg, warehouse, RUN)
+    written = STAGES["generate"](StageContext(spark, cfg, warehouse, RUN))
+    rows = STAGES["surrogate"](StageContext(spark, cfg, warehouse, RUN))
     return warehouse, written, {(r["generator_model"], r["list_order"]): r for r in rows}
 
 

@@ -40,3 +40,33 @@ def test_not_canonical_parquet_names_the_file(spark, tmp_path, capsys, conf):
     ])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err[-1].startswith(f"clickeval ingest: error: {path}: not canonical serps rows, missing column(s)")
+
+
+def test_job_files_are_the_registry_verbs_and_delegate_to_the_cli():
+    """jobs/ is the spark-submit surface of the CLI: one file per registered stage plus pipeline,
+    tables and sql, each exactly `cli.job_source(verb)` (regenerate: python -m clickeval_spark.cli
+    --write-jobs jobs)."""
+    from pathlib import Path
+
+    from clickeval_spark import cli
+    from clickeval_spark.stages import STAGES
+
+    folder = Path(__file__).resolve().parents[1] / "jobs"
+    assert {p.stem for p in folder.glob("*.py")} - {"__init__"} == set(cli.JOB_VERBS)
+    assert set(STAGES) < set(cli.JOB_VERBS)
+    for verb in cli.JOB_VERBS:
+        assert (folder / f"{verb}.py").read_text() == cli.job_source(verb), verb
+
+
+def test_the_cli_offers_every_registered_stage_and_refuses_an_unknown_verb(capsys):
+    from clickeval_spark import cli
+    from clickeval_spark.stages import STAGES
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--help"])
+    assert exc.value.code == 0
+    listed = capsys.readouterr().out
+    assert all(f"    {name} " in listed for name in (*STAGES, "run", "tables", "sql")), listed
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["fitt"])
+    assert exc.value.code == 2 and "invalid choice: 'fitt'" in capsys.readouterr().err

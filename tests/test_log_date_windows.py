@@ -18,12 +18,14 @@ from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from clickeval_spark import ingest, stages, tables
+from clickeval_spark import ingest, tables
+from clickeval_spark.context import StageContext
+from clickeval_spark.stages import STAGES
 from clickeval_spark.config import (PROJECT_ROOT, AppConfig, EvaluateConfig, ExternalModelConfig, FitConfig,
                                     IngestConfig, PredictConfig, WindowConfig, load_config)
 from clickeval_spark.errors import ConfigError
 from clickeval_spark.report import build_report
-from clickeval_spark.runtime import load, parse_args
+from clickeval_spark.runtime import load
 from tests.sources.helpers import rules, run, write
 from tests.sources.test_tiangong import _interaction
 
@@ -63,21 +65,21 @@ def test_each_ingest_replaces_only_its_days(spark, warehouse, tmp_path):
     one_shot = _text(tmp_path, "undated.txt", [_line("u1", "q1", ["a", "b"], [1, 0])])
     day1 = _text(tmp_path, "day1.txt", [_line("s1", "q1", ["a", "b"], [0, 1]), _line("s2", "q2", ["c"], [1])])
     day2 = _text(tmp_path, "day2.txt", [_line("s3", "q1", ["b", "a"], [1, 0])])
-    stages.ingest_stage(spark, _cfg({"train": one_shot}), warehouse, "undated-1")
-    stages.ingest_stage(spark, _cfg({"train": day1}, log_date=D1), warehouse, "day1")
-    stages.ingest_stage(spark, _cfg({"train": day2}, log_date=D2), warehouse, "day2")
+    STAGES["ingest"](StageContext(spark, _cfg({"train": one_shot}), warehouse, "undated-1"))
+    STAGES["ingest"](StageContext(spark, _cfg({"train": day1}, log_date=D1), warehouse, "day1"))
+    STAGES["ingest"](StageContext(spark, _cfg({"train": day2}, log_date=D2), warehouse, "day2"))
     assert _slices(spark, warehouse) == {None: ["u1-1"], D1: ["s1-1", "s2-1"], D2: ["s3-1"]}
 
     # re-ingesting day 1 replaces that day alone; its counts reconcile against its own slice
     day1_again = _text(tmp_path, "day1b.txt", [_line("s4", "q3", ["d", "e"], [0, 0])])
-    counts = stages.ingest_stage(spark, _cfg({"train": day1_again}, log_date=D1), warehouse, "day1-again")
+    counts = STAGES["ingest"](StageContext(spark, _cfg({"train": day1_again}, log_date=D1), warehouse, "day1-again"))
     assert _slices(spark, warehouse) == {None: ["u1-1"], D1: ["s4-1"], D2: ["s3-1"]}
     assert (counts["read"], counts["serps_accepted"], counts["quarantined"]) == (1, 1, 0)
     assert _details(spark, warehouse, "day1-again")["ingest"]["log_dates"] == ["2026-11-01"]
 
     # a one-shot (undated) ingest replaces the undated slice and leaves the days alone
-    stages.ingest_stage(spark, _cfg({"train": _text(tmp_path, "u2.txt", [_line("u2", "q1", ["a"], [0])])}),
-                        warehouse, "undated-2")
+    STAGES["ingest"](StageContext(spark, _cfg({"train": _text(tmp_path, "u2.txt", [_line("u2", "q1", ["a"], [0])])}),
+                        warehouse, "undated-2"))
     assert _slices(spark, warehouse) == {None: ["u2-1"], D1: ["s4-1"], D2: ["s3-1"]}
     assert _details(spark, warehouse, "undated-2")["ingest"]["log_dates"] == [None]
 
@@ -125,12 +127,12 @@ def test_window_reads_only_its_days_and_undated_labels(spark, warehouse, tmp_pat
                        label_query_prefix="q", label_doc_prefix="d")  # no ingest.log_date: session 2 undated
     ingest.write_ingest(spark, run(spark, cfg, "tg-1"), warehouse, "tg", "tg-1")
     app = AppConfig(ingest=cfg, window=WindowConfig(D2, D2))
-    assert sorted(r["serp_id"] for r in stages._serps(spark, warehouse, app).collect()) == ["1-2"]
-    assert sorted((r["doc_id"], r["log_date"]) for r in stages._labels(spark, warehouse, app).collect()) == [
+    assert sorted(r["serp_id"] for r in StageContext(spark, app, warehouse, "-").serps().collect()) == ["1-2"]
+    assert sorted((r["doc_id"], r["log_date"]) for r in StageContext(spark, app, warehouse, "-").labels().collect()) == [
         ("d4", D2), ("d9", None)]
     whole = AppConfig(ingest=cfg)
-    assert sorted(r["serp_id"] for r in stages._serps(spark, warehouse, whole).collect()) == ["1-1", "1-2", "2-1"]
-    assert stages._labels(spark, warehouse, whole).count() == 3
+    assert sorted(r["serp_id"] for r in StageContext(spark, whole, warehouse, "-").serps().collect()) == ["1-1", "1-2", "2-1"]
+    assert StageContext(spark, whole, warehouse, "-").labels().count() == 3
 
 
 def test_fit_predict_evaluate_and_report_see_only_the_window(spark, warehouse, tmp_path):
@@ -141,7 +143,7 @@ def test_fit_predict_evaluate_and_report_see_only_the_window(spark, warehouse, t
             train.append(_line("t1old", "qold", ["x", "y", "z"], [1, 1, 0]))
         test = [_line(f"e{day}{i}", "q1", docs, [0, i % 2, 0]) for i in range(day)]  # 1, 2, 3 test SERPs
         paths = {"train": _text(tmp_path, f"train{day}.txt", train), "test": _text(tmp_path, f"test{day}.txt", test)}
-        stages.ingest_stage(spark, _cfg(paths, log_date=when), warehouse, f"ingest-{day}")
+        STAGES["ingest"](StageContext(spark, _cfg(paths, log_date=when), warehouse, f"ingest-{day}"))
 
     # an external model predicts every test SERP of every day: those outside the window are not evaluated
     external = str(tmp_path / "external")
@@ -153,9 +155,9 @@ def test_fit_predict_evaluate_and_report_see_only_the_window(spark, warehouse, t
                predict=PredictConfig(splits=("test",)),
                evaluate=EvaluateConfig(replicates=5, reference_model=None,
                                        external=(ExternalModelConfig(name="ext", predictions=external),)))
-    stages.fit_stage(spark, cfg, warehouse, run_id)
-    stages.predict_stage(spark, cfg, warehouse, run_id)
-    stages.evaluate_stage(spark, cfg, warehouse, run_id)
+    STAGES["fit"](StageContext(spark, cfg, warehouse, run_id))
+    STAGES["predict"](StageContext(spark, cfg, warehouse, run_id))
+    STAGES["evaluate"](StageContext(spark, cfg, warehouse, run_id))
 
     params = tables.read_table(spark, warehouse, "model_params").where(F.col("run_id") == run_id)
     assert {r["query_id"] for r in params.select("query_id").distinct().collect()} == {"q1", None}
@@ -174,7 +176,7 @@ def test_fit_predict_evaluate_and_report_see_only_the_window(spark, warehouse, t
         spark, warehouse, run_id, "days", ["pbm"], [1])
     # the whole dataset: a run without a window records null and the report says so
     whole = _cfg({"train": "unused"}, fit=FitConfig(models=("pbm",), iterations=1))
-    stages.fit_stage(spark, whole, warehouse, "whole")
+    STAGES["fit"](StageContext(spark, whole, warehouse, "whole"))
     assert _details(spark, warehouse, "whole")["fit:pbm"]["window"] is None
     assert "Window: the whole dataset" in build_report(spark, warehouse, "whole", "days", ["pbm"], [1])
 
@@ -219,9 +221,7 @@ def test_canonical_rows_keep_their_own_log_date(spark, tmp_path):
 
 
 def test_window_and_log_date_config():
-    args = parse_args("fit", ["--set", "window.start=2026-11-02", "--set", "window.end='2026-11-03'",
-                              "--set", "ingest.log_date=2026-11-03"])
-    cfg, _ = load(args)
+    cfg, _ = load(LOCAL, ["window.start=2026-11-02", "window.end='2026-11-03'", "ingest.log_date=2026-11-03"])
     assert cfg.window == WindowConfig(D2, D3) and cfg.ingest.log_date == D3
     assert load_config(LOCAL).window is None
     bad = [

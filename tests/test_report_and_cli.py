@@ -7,7 +7,8 @@ import pytest
 
 from clickeval_spark import tables
 from clickeval_spark.config import AppConfig, FitConfig, IngestConfig, ReportConfig
-from clickeval_spark.stages import report_stage
+from clickeval_spark.context import StageContext
+from clickeval_spark.stages import STAGES
 from jobs import sql as sql_job
 from jobs import tables as tables_job
 
@@ -53,7 +54,7 @@ def test_report_is_self_contained_with_every_figure(spark, filled):
     root, warehouse, _ = filled
     cfg = AppConfig(ingest=IngestConfig(dataset="d"), fit=FitConfig(models=("rctr", "pbm", "dbn")),
                     report=ReportConfig(path=str(root / "reports")))
-    path = report_stage(spark, cfg, warehouse, RUN)
+    path = STAGES["report"](StageContext(spark, cfg, warehouse, RUN))
     page = open(path, encoding="utf-8").read()
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
     assert len(images) == 3  # PPL@rank curves, NDCG@k bars, Reverse-vs-Forward chart

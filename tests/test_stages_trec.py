@@ -14,7 +14,9 @@ from clickeval_spark.models.sampling import sample_serps
 from clickeval_spark.models.predict import predict_clicks
 from clickeval_spark.models.priors import model_prior
 from clickeval_spark.models.spark_em import fit
-from clickeval_spark.stages import evaluate_stage, fit_stage, ingest_stage, log_likelihood_by_split, predict_stage
+from clickeval_spark.context import StageContext
+from clickeval_spark.stages import STAGES
+from clickeval_spark.metrics.click_prediction import log_likelihood_by_split
 from clickeval_spark.tables import read_table
 from examples.external_model import fit_and_write
 
@@ -33,9 +35,9 @@ def trec(spark, tmp_path_factory):
         fit=FitConfig(models=MODEL_NAMES, iterations=10),
         predict=PredictConfig(splits=("test",)),
     )
-    ingest_stage(spark, cfg, warehouse, "trec-run")
-    histories = fit_stage(spark, cfg, warehouse, "trec-run")
-    lls = predict_stage(spark, cfg, warehouse, "trec-run")
+    STAGES["ingest"](StageContext(spark, cfg, warehouse, "trec-run"))
+    histories = STAGES["fit"](StageContext(spark, cfg, warehouse, "trec-run"))
+    lls = STAGES["predict"](StageContext(spark, cfg, warehouse, "trec-run"))
     return cfg, warehouse, histories, lls
 
 
@@ -112,7 +114,7 @@ def test_refit_of_one_model_replaces_only_its_slice(spark, trec):
     cfg, warehouse, _, _ = trec
     before = dict(read_table(spark, warehouse, "model_params").where("run_id = 'trec-run'")
                   .groupBy("model").count().collect())
-    fit_stage(spark, AppConfig(ingest=cfg.ingest, fit=FitConfig(models=("pbm",), iterations=1)), warehouse, "trec-run")
+    STAGES["fit"](StageContext(spark, AppConfig(ingest=cfg.ingest, fit=FitConfig(models=("pbm",), iterations=1)), warehouse, "trec-run"))
     after = dict(read_table(spark, warehouse, "model_params").where("run_id = 'trec-run'")
                  .groupBy("model").count().collect())
     assert after == before
@@ -127,7 +129,7 @@ def test_evaluate_built_in_and_external_models(spark, trec, tmp_path):
                               relevance_scores=str(tmp_path / "ext" / "relevance_scores"))
     cfg = AppConfig(ingest=cfg.ingest, fit=cfg.fit, predict=cfg.predict,
                     evaluate=EvaluateConfig(replicates=30, external=(ext,)))
-    evaluate_stage(spark, cfg, warehouse, "trec-run")
+    STAGES["evaluate"](StageContext(spark, cfg, warehouse, "trec-run"))
     metrics = read_table(spark, warehouse, "metrics").where("run_id = 'trec-run'")
     ll = {r["model"]: r for r in metrics.where("metric = 'LL'").collect()}
     assert set(ll) == {*MODEL_NAMES, "logreg"}
@@ -146,12 +148,12 @@ def test_evaluate_built_in_and_external_models(spark, trec, tmp_path):
      .write.parquet(str(tmp_path / "holes")))
     broken = ExternalModelConfig(name="holes", predictions=str(tmp_path / "holes"))
     with pytest.raises(Exception, match="rule missing_prediction"):
-        evaluate_stage(spark, AppConfig(ingest=cfg.ingest, fit=cfg.fit, predict=cfg.predict,
+        STAGES["evaluate"](StageContext(spark, AppConfig(ingest=cfg.ingest, fit=cfg.fit, predict=cfg.predict,
                                         evaluate=EvaluateConfig(replicates=5, external=(broken,))),
-                       warehouse, "trec-run")
+                       warehouse, "trec-run"))
     assert read_table(spark, warehouse, "click_predictions").where("model = 'holes'").count() == 0
     # a configured model that was never predicted in this run fails the stage naming it
     with pytest.raises(ClickevalError, match=r"run trec-never-predicted: no click_predictions for \[.*'pbm'"):
-        evaluate_stage(spark, AppConfig(ingest=cfg.ingest, fit=cfg.fit, predict=cfg.predict,
+        STAGES["evaluate"](StageContext(spark, AppConfig(ingest=cfg.ingest, fit=cfg.fit, predict=cfg.predict,
                                         evaluate=EvaluateConfig(replicates=5)),
-                       warehouse, "trec-never-predicted")
+                       warehouse, "trec-never-predicted"))

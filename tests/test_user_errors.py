@@ -9,7 +9,7 @@ import pytest
 
 from clickeval_spark import tables
 from clickeval_spark.errors import ClickevalError
-from clickeval_spark.stages import fitted_model
+from clickeval_spark.models.params_io import load_fitted
 from jobs import generate as generate_job
 from jobs import ingest as ingest_job
 from jobs import predict as predict_job
@@ -56,4 +56,4 @@ def test_stages_before_their_inputs_exist(spark, tmp_path, warehouse, capsys):
 def test_unknown_model_name_is_a_clickeval_error(spark):
     params = spark.createDataFrame([], tables.MODEL_PARAMS)
     with pytest.raises(ClickevalError, match=r"^model_params: unknown click model 'ncm'; expected one of: gctr, "):
-        fitted_model(params, "ncm", "r1", 10)
+        load_fitted(params, "ncm", "r1", 10)

@@ -94,3 +94,9 @@ def metric_replicates(sums: dict[str, np.ndarray], max_rank: int, scale: float) 
                     out[(name, t)] = ppl_t[:, t - 1]
             out[(name, None)] = ppl_t[:, observed].mean(axis=1)
     return out
+
+
+def log_likelihood_by_split(predictions: DataFrame, eps: float = 1e-6) -> dict[str, float]:
+    """Mean per-position log-likelihood of p_click_cond (DESIGN §5 LL), per split: a small global aggregate."""
+    ll = log_lik(clipped("p_click_cond", eps))
+    return {r["split"]: r["ll"] for r in predictions.groupBy("split").agg(F.avg(ll).alias("ll")).collect()}

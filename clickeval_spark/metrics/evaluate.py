@@ -38,6 +38,13 @@ class MetricOptions:
     ndcg_gain: str = "exponential"
     ndcg_ideal: str = "serp"
 
+    @classmethod
+    def from_config(cls, ecfg, max_rank: int) -> "MetricOptions":
+        """The options of an `evaluate:` config section (config.EvaluateConfig) and fit.max_rank."""
+        return cls(max_rank=max_rank, eps=ecfg.eps, replicates=ecfg.replicates, seed=ecfg.seed,
+                   confidence=ecfg.confidence, ndcg_cutoffs=tuple(ecfg.ndcg_cutoffs),
+                   ndcg_gain=ecfg.ndcg_gain, ndcg_ideal=ecfg.ndcg_ideal)
+
 
 def session_statistics(predictions: DataFrame, serps: DataFrame, labels: DataFrame | None,
                        scores: DataFrame | None, ndcg_models: Sequence[str], opts: MetricOptions) -> tuple[DataFrame, list[str]]:

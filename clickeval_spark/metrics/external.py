@@ -136,3 +136,15 @@ def checked_sequences(raw: DataFrame, serps: DataFrame, name: str, path: str) ->
                             | F.exists("clicks", lambda c: c.isNull() | ~c.isin(0, 1))).select(*keys, "clicks"),
                  name, path, "clicks_not_binary", "clicks must be 0/1, one per document")
     return seqs
+
+
+def positions(serps: DataFrame, max_rank: int) -> DataFrame:
+    """dataset, split, serp_id, query_id, doc_id, rank, click: one row per evaluated position, what an
+    external model's predictions are checked against."""
+    return (
+        serps.select("dataset", "split", "serp_id", "query_id",
+                     F.posexplode(F.arrays_zip("doc_ids", "clicks")).alias("pos", "dc"))
+        .where(F.col("pos") < max_rank)
+        .select("dataset", "split", "serp_id", "query_id", F.col("dc.doc_ids").alias("doc_id"),
+                (F.col("pos") + 1).cast("int").alias("rank"), F.col("dc.clicks").alias("click"))
+    )

@@ -8,8 +8,9 @@ makes examination and attractiveness identifiable). Everything is computed by
 Spark from seeded hashes, so the log is the same on any number of partitions,
 and no loop over SERPs ever runs on the driver.
 
-The true parameters are written beside the log, to `model_params` under run id
-`truth-<dataset>`, so a fit can be compared with the truth in SQL. Pooled
+The true parameters come with the log, as `model_params` rows of run id
+`truth-<dataset>` (the ingest stage writes them), so a fit can be compared with
+the truth in SQL. Pooled
 relevance labels (grade = floor(5 * relevance score), 0..4) come with it, so
 NDCG can be computed on the default data too.
 """
@@ -20,13 +21,11 @@ import numpy as np
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from clickeval_spark import tables
 from clickeval_spark.config import IngestConfig, SyntheticConfig
 from clickeval_spark.hashing import seeded_uniform
 from clickeval_spark.models import get_model
-from clickeval_spark.models.params_io import to_param_rows
-from clickeval_spark.models.sampling import sample_serps
-from clickeval_spark.models.spark_em import FittedModel
+from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.sources.parsed import to_parsed, to_parsed_labels
 
 
 def _uniform(seed: int, salt: str, *cols: Column | str) -> Column:
@@ -111,49 +110,44 @@ def serp_skeletons(spark: SparkSession, cfg: SyntheticConfig, dataset: str) -> D
     )
 
 
-def generate(spark: SparkSession, icfg: IngestConfig, warehouse: str, run_id: str) -> tuple[DataFrame, DataFrame]:
-    """Parsed SERP records and pooled label records of a simulated log; writes the truth to model_params."""
+def truth_run_id(dataset: str) -> str:
+    """The run id under which a simulated dataset's true parameters are stored in model_params."""
+    return f"truth-{dataset}"
+
+
+def generate(spark: SparkSession, icfg: IngestConfig) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """Parsed SERP records, label records and the truth (model_params rows of run
+    `truth_run_id(dataset)`) of a simulated log. Nothing is written here: the ingest stage writes."""
     cfg = icfg.synthetic
     model = get_model(cfg.model)
     qd = true_qd(spark, cfg).select("query_id", "doc_id", *model.qd_params, "n_obs")
     truth = FittedModel(model=model, max_rank=cfg.list_size, qd=qd,
                         glob=true_globals(cfg.model, cfg.list_size), prior={p: 0.5 for p in model.qd_params})
-    truth_run = f"truth-{icfg.dataset}"
-    tables.replace_slice(to_param_rows(truth, truth_run), warehouse, "model_params", {"run_id": truth_run}, run_id)
+    truth_rows = truth.to_rows(truth_run_id(icfg.dataset))
 
-    sampled = sample_serps(serp_skeletons(spark, cfg, icfg.dataset), truth, k=1, seed=cfg.seed)
-    serps = sampled.select(
+    sampled = truth.sample(serp_skeletons(spark, cfg, icfg.dataset), k=1, seed=cfg.seed)
+    serps = to_parsed(sampled.select(
         F.lit(f"synthetic:{cfg.model}").alias("source"),
         (F.regexp_extract("serp_id", r"(\d+)$", 1).cast("long") + 1).alias("line"),
-        F.lit(None).cast("string").alias("record"),
         F.to_json(F.struct("session_id", "serp_id", "query_id", "doc_ids", "clicks")).alias("raw"),
-        F.lit(None).cast("string").alias("parse_rule"),
-        F.lit(None).cast("string").alias("parse_reason"),
         "dataset", "split", "session_id", "serp_pos", "serp_id", "query_id", "doc_ids", "vtypes", "clicks",
-        F.lit(None).cast("array<int>").alias("click_ranks"),
-        F.lit(None).cast("array<int>").alias("result_ranks"),
         "log_date",
-    )
+    ))
     score = F.col("alpha") * F.col("sigma") if "sigma" in model.qd_params else F.col("alpha")
     grades = qd.select("query_id", "doc_id", F.least(F.floor(score * 5), F.lit(4)).cast("string").alias("grade"))
     if cfg.labels == "serp":
-        return serps, _serp_labels(spark, cfg, icfg.dataset, grades)
-    labels = grades.select(
+        return serps, _serp_labels(spark, cfg, icfg.dataset, grades), truth_rows
+    labels = to_parsed_labels(grades.select(
         F.lit(f"synthetic:{cfg.model}:labels").alias("source"),
-        F.lit(None).cast("long").alias("line"),
         F.concat_ws("|", "query_id", "doc_id").alias("record"),
         F.concat_ws("|", "query_id", "doc_id").alias("raw"),
-        F.lit(None).cast("string").alias("parse_rule"),
-        F.lit(None).cast("string").alias("parse_reason"),
         F.lit(icfg.dataset).alias("dataset"),
-        F.lit(None).cast("string").alias("session_id"),
         "query_id",
-        F.lit(None).cast("string").alias("serp_id"),
         F.concat_ws("|", "query_id", "doc_id").alias("label_key"),
         F.array("doc_id").alias("doc_ids"),
         F.array("grade").alias("relevances"),
-    )
-    return serps, labels
+    ))
+    return serps, labels, truth_rows
 
 
 def _serp_labels(spark: SparkSession, cfg: SyntheticConfig, dataset: str, grades: DataFrame) -> DataFrame:
@@ -166,16 +160,13 @@ def _serp_labels(spark: SparkSession, cfg: SyntheticConfig, dataset: str, grades
                .join(grades, on=["query_id", "doc_id"], how="left"))
     lists = per_doc.groupBy("session_id", "serp_id", "query_id").agg(
         F.sort_array(F.collect_list(F.struct("pos", "doc_id", "grade"))).alias("l"))
-    return lists.select(
+    return to_parsed_labels(lists.select(
         F.lit(f"synthetic:{cfg.model}:labels").alias("source"),
-        F.lit(None).cast("long").alias("line"),
         F.col("serp_id").alias("record"),
         F.col("serp_id").alias("raw"),
-        F.lit(None).cast("string").alias("parse_rule"),
-        F.lit(None).cast("string").alias("parse_reason"),
         F.lit(dataset).alias("dataset"),
         "session_id", "query_id", "serp_id",
         F.col("serp_id").alias("label_key"),
         F.transform("l", lambda x: x["doc_id"]).alias("doc_ids"),
         F.transform("l", lambda x: x["grade"]).alias("relevances"),
-    )
+    ))

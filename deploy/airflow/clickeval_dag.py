@@ -28,7 +28,7 @@ apache-airflow-providers-apache-spark, plus apache-airflow-providers-cncf-kubern
 connection's master is k8s://, and spark-submit on the workers' PATH. Written for Airflow 3
 (tested with the pins in requirements-test.txt: Airflow 3.3.2, Spark provider 6.3.4). This file
 must not import clickeval_spark (Airflow's workers do not have it): the stage list is written
-out here, and tests/deploy checks it against clickeval_spark.cli.PIPELINE_STAGES.
+out here, and tests/deploy checks it against clickeval_spark.stages.STAGES.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The pipeline's stages on a real Spark standalone cluster, from deploy/package.sh's artefacts only.
 
-Every stage in clickeval_spark.cli.PIPELINE_STAGES is its own spark-submit (its own driver and
+Every stage in clickeval_spark.stages.STAGES is its own spark-submit (its own driver and
 application) against a master and two one-core workers on loopback. Code and dependencies come
 from the packed venv (--archives) and the zip (--py-files), Delta's jars from --packages; the
 driver runs in a scratch directory on the archive unpacked for it, not on this checkout or its
@@ -16,7 +16,7 @@ import zipfile
 import pytest
 from pyspark.sql import functions as F
 
-from clickeval_spark.cli import PIPELINE_STAGES
+from clickeval_spark.stages import STAGES
 from clickeval_spark.config import load_config
 from clickeval_spark.tables import read_table
 from tests.cluster.standalone import REPO, tail
@@ -42,7 +42,7 @@ def test_artefacts_hold_the_checkout(artefacts):
     with zipfile.ZipFile(wheel) as whl, zipfile.ZipFile(artefacts / "clickeval_spark.zip") as pyfiles:
         assert _python_files(whl.namelist()) == checkout
         assert _python_files(pyfiles.namelist()) == checkout
-    assert {f"{stage}.py" for stage in PIPELINE_STAGES} <= {p.name for p in (artefacts / "jobs").iterdir()}
+    assert {f"{stage}.py" for stage in STAGES} <= {p.name for p in (artefacts / "jobs").iterdir()}
 
 
 def test_pipeline_stages_on_standalone_cluster(artefacts, standalone_cluster, tmp_path, request):
@@ -57,7 +57,7 @@ def test_pipeline_stages_on_standalone_cluster(artefacts, standalone_cluster, tm
     reports = driver_cwd / "reports"
     job_args = ["--conf", str(conf), "--run-id", RUN_ID]
 
-    for stage in PIPELINE_STAGES:
+    for stage in STAGES:
         done = standalone_cluster.submit(artefacts, stage, job_args, cwd=driver_cwd)
         print(f"[cluster] spark-submit {stage}: exit {done.returncode}, {done.seconds:.0f}s")
         assert done.returncode == 0, f"{stage} failed (log {done.log}):\n{tail(done.log)}"
@@ -65,7 +65,7 @@ def test_pipeline_stages_on_standalone_cluster(artefacts, standalone_cluster, tm
     # the work was done by executors on both workers: one application per stage, each with its
     # executor's own copy of the packed venv, and tasks run on every worker
     apps_by_worker = [{app.name: app for app in sorted(d.glob("app-*"))} for d in standalone_cluster.worker_dirs]
-    assert all(len(apps) == len(PIPELINE_STAGES) for apps in apps_by_worker), apps_by_worker
+    assert all(len(apps) == len(STAGES) for apps in apps_by_worker), apps_by_worker
     assert len({frozenset(apps) for apps in apps_by_worker}) == 1, "every application had executors on both workers"
     ran_tasks = {}
     for w, apps in enumerate(apps_by_worker):
@@ -81,7 +81,7 @@ def test_pipeline_stages_on_standalone_cluster(artefacts, standalone_cluster, tm
 
     runs = read_table(spark, warehouse, "runs").where(F.col("run_id") == RUN_ID)
     statuses = {r["job"]: r["status"] for r in runs.select("job", "status").collect()}
-    for stage in PIPELINE_STAGES:
+    for stage in STAGES:
         mine = {job: s for job, s in statuses.items() if job == stage or job.startswith(f"{stage}:")}
         assert mine and set(mine.values()) == {"succeeded"}, (stage, statuses)
 
@@ -109,8 +109,8 @@ def test_pipeline_stages_on_standalone_cluster(artefacts, standalone_cluster, tm
     scores = read_table(spark, warehouse, "relevance_scores").where(F.col("run_id") == RUN_ID)
     assert {r["model"] for r in scores.select("model").distinct().collect()} == set(cfg.fit.models)
 
-    for stage in PIPELINE_STAGES:
+    for stage in STAGES:
         if stage in STAGE_TABLES:
             assert read_table(spark, warehouse, STAGE_TABLES[stage]).where(F.col("run_id") == RUN_ID).limit(1).count(), stage
-    if "report" in PIPELINE_STAGES:
+    if "report" in STAGES:
         assert (reports / f"{RUN_ID}.html").stat().st_size > 0

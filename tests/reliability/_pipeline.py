@@ -1,6 +1,6 @@
 """Shared by the reliability tests: a tiny pipeline config, one baseline run, table snapshots, job processes.
 
-The baseline (every stage of PIPELINE_STAGES for run `rel-base` on a 300-SERP synthetic log) is run once
+The baseline (every stage of STAGES for run `rel-base` on a 300-SERP synthetic log) is run once
 per pytest session in the test SparkSession and kept pristine; tests that write copy its warehouse first.
 Jobs in separate processes run `python -m jobs.<stage>` from this checkout in their own process group,
 so a test can SIGKILL the driver, its JVM and its Python workers together.
@@ -24,8 +24,9 @@ from typing import Iterator
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from clickeval_spark import stages, tables
-from clickeval_spark.cli import PIPELINE_STAGES
+from clickeval_spark import tables
+from clickeval_spark.context import StageContext
+from clickeval_spark.stages import STAGES
 from clickeval_spark.config import AppConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,7 +94,7 @@ def session_conf(spark: SparkSession, conf: dict[str, str] = SESSION_CONF) -> It
 
 def run_stage(spark: SparkSession, cfg: AppConfig, warehouse: str, run_id: str, stage: str):
     with session_conf(spark):
-        return getattr(stages, f"{stage}_stage")(spark, cfg, warehouse, run_id)
+        return STAGES[stage](StageContext(spark, cfg, warehouse, run_id))
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def baseline(spark: SparkSession, tmp_path_factory) -> Baseline:
         conf = write_conf(root, warehouse, reports)
         cfg = load_config(conf)
         t0 = time.perf_counter()
-        for stage in PIPELINE_STAGES:
+        for stage in STAGES:
             run_stage(spark, cfg, warehouse, BASE_RUN, stage)
         _cache["base"] = Baseline(root, warehouse, conf, cfg, time.perf_counter() - t0)
         print(f"baseline pipeline: {_cache['base'].seconds:.1f} s")
@@ -160,7 +161,7 @@ def concurrent_pair(spark: SparkSession, tmp_path_factory) -> ConcurrentPair:
             cfg = load_config(base.conf, {"spark.warehouse": warehouse, "ingest.dataset": DATASETS[SESSION_RUN],
                                           "report.path": str(reports)})
             t0 = time.perf_counter()
-            for stage in PIPELINE_STAGES:
+            for stage in STAGES:
                 run_stage(spark, cfg, warehouse, SESSION_RUN, stage)
             seconds = time.perf_counter() - t0
             proc.wait(timeout=900)

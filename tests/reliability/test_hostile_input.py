@@ -22,7 +22,9 @@ import yaml
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from clickeval_spark import ingest, stages, tables
+from clickeval_spark import ingest, tables
+from clickeval_spark.context import StageContext
+from clickeval_spark.stages import STAGES
 from clickeval_spark.config import AppConfig, IngestConfig, load_config
 from clickeval_spark.errors import ConfigError, InputError
 from clickeval_spark.report import build_report
@@ -46,7 +48,7 @@ def _ingest(spark, warehouse, cfg: IngestConfig, run_id: str, *, stage: bool = T
     `runs` row, and returns the counts the stage would record: cheaper, for tests beyond the first.
     """
     if stage:
-        stages.ingest_stage(spark, AppConfig(ingest=cfg), warehouse, run_id)
+        STAGES["ingest"](StageContext(spark, AppConfig(ingest=cfg), warehouse, run_id))
         row = _run_row(spark, warehouse, run_id)
         assert row["status"] == "succeeded"
         counts = row["counts"]

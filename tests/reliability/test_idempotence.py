@@ -1,7 +1,7 @@
 """Issue 7.1: rerunning any stage with the same run_id leaves every table exactly as after one run.
 
 A scheduler retry must never duplicate, lose or alter rows: after the baseline pipeline, each stage of
-PIPELINE_STAGES is run again with the same run_id, and every table (all columns, compared bitwise as a
+STAGES is run again with the same run_id, and every table (all columns, compared bitwise as a
 multiset of rows) must equal what the single run left; only `runs`' timestamps and durations may differ,
 and `runs` still holds one row per (run_id, job).
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clickeval_spark.cli import PIPELINE_STAGES
+from clickeval_spark.stages import STAGES
 from clickeval_spark.config import load_config
 from tests.reliability import _pipeline as P
 
@@ -32,7 +32,7 @@ def _page(reports) -> str:
     return re.sub(r"generated \d{4}-\d\d-\d\d \d\d:\d\d UTC", "generated <time>", html)
 
 
-@pytest.mark.parametrize("stage", PIPELINE_STAGES)
+@pytest.mark.parametrize("stage", STAGES)
 def test_rerunning_a_stage_changes_no_table(spark, rerun_state, stage):
     cfg, warehouse, after_one_run, page = rerun_state
     assert set(after_one_run) >= {"serps", "relevance_labels", "quarantine", "model_params", "runs",

@@ -3,7 +3,6 @@ from pyspark.sql import functions as F
 
 from clickeval_spark.config import IngestConfig, SyntheticConfig
 from clickeval_spark.sources import synthetic
-from clickeval_spark.tables import read_table
 
 
 def _cfg(**kw):
@@ -11,26 +10,26 @@ def _cfg(**kw):
                         synthetic=SyntheticConfig(n_serps=3000, n_queries=50, seed=11, **kw))
 
 
-def test_same_log_for_any_partitioning_and_truth_is_written(spark, warehouse):
+def test_same_log_for_any_partitioning_and_the_truth_comes_with_it(spark):
     cfg = _cfg(model="pbm")
     spark.conf.set("spark.sql.shuffle.partitions", "1")
-    a, labels = synthetic.generate(spark, cfg, warehouse, "r1")
+    a, labels, truth = synthetic.generate(spark, cfg)
     rows_a = a.select("serp_id", "query_id", "doc_ids", "clicks").orderBy("serp_id").collect()
     spark.conf.set("spark.sql.shuffle.partitions", "8")
-    b, _ = synthetic.generate(spark, cfg, warehouse, "r1")
+    b, _, _ = synthetic.generate(spark, cfg)
     rows_b = b.select("serp_id", "query_id", "doc_ids", "clicks").orderBy("serp_id").collect()
     spark.conf.set("spark.sql.shuffle.partitions", "4")
     assert rows_a == rows_b and len(rows_a) == 3000
 
-    truth = read_table(spark, warehouse, "model_params").where("run_id = 'truth-syn'")
+    assert {r["run_id"] for r in truth.select("run_id").distinct().collect()} == {"truth-syn"}
     gamma = [r["value"] for r in truth.where("param = 'gamma'").orderBy("rank").collect()]
     np.testing.assert_allclose(gamma, 0.98 * np.arange(1, 11) ** -0.7)
     assert truth.where("param = 'alpha'").count() == 50 * 15
     assert labels.count() == 50 * 15
 
 
-def test_shape_is_tiangong_like_and_clicks_follow_the_truth(spark, warehouse):
-    serps, _ = synthetic.generate(spark, _cfg(model="pbm"), warehouse, "r2")
+def test_shape_is_tiangong_like_and_clicks_follow_the_truth(spark):
+    serps, _, truth = synthetic.generate(spark, _cfg(model="pbm"))
     serps = serps.cache()
     assert serps.where(F.size("doc_ids") != 10).count() == 0
     # Zipf-like: the most frequent query carries far more SERPs than the median one
@@ -39,7 +38,7 @@ def test_shape_is_tiangong_like_and_clicks_follow_the_truth(spark, warehouse):
     # PBM truth: CTR at rank r = gamma_r * E[alpha of the doc shown there]; clicks decay with rank
     ctr = [serps.select(F.avg(F.col("clicks")[r])).first()[0] for r in range(10)]
     assert ctr[0] > ctr[4] > ctr[9] > 0
-    truth = read_table(spark, warehouse, "model_params").where("run_id = 'truth-syn' AND param = 'alpha'")
+    truth = truth.where("param = 'alpha'")
     shown = serps.select("query_id", F.posexplode("doc_ids").alias("pos", "doc_id"),
                          F.col("clicks").alias("c"))
     expected = (shown.join(truth.select("query_id", "doc_id", F.col("value").alias("alpha")),
@@ -48,11 +47,10 @@ def test_shape_is_tiangong_like_and_clicks_follow_the_truth(spark, warehouse):
     assert abs(ctr[0] - 0.98 * expected) < 0.03  # 3,000 Bernoulli draws: sd < 0.01
 
 
-def test_ubm_and_dbn_logs_follow_their_truth(spark, warehouse):
+def test_ubm_and_dbn_logs_follow_their_truth(spark):
     """Rank 1 is always examined (UBM: gamma[1, no click above]; DBN: E_1 = 1), so CTR@1 = exam * E[alpha]."""
     for model, exam_at_1 in (("ubm", 0.98), ("dbn", 1.0)):
-        serps, _ = synthetic.generate(spark, _cfg(model=model), warehouse, f"r-{model}")
-        params = read_table(spark, warehouse, "model_params").where("run_id = 'truth-syn'")
+        serps, _, params = synthetic.generate(spark, _cfg(model=model))
         assert params.where("model = '%s'" % model).count() > 0
         first = serps.select("query_id", F.col("doc_ids")[0].alias("doc_id"), F.col("clicks")[0].alias("c"))
         joined = first.join(params.where("param = 'alpha'").select("query_id", "doc_id", F.col("value").alias("a")),

@@ -6,7 +6,8 @@ import pytest
 
 from clickeval_spark.config import IngestConfig
 from clickeval_spark.tables import register_tables
-from clickeval_spark.stages import ingest_stage
+from clickeval_spark.context import StageContext
+from clickeval_spark.stages import STAGES
 from clickeval_spark.config import AppConfig
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "trec-session-2014-demo"
@@ -19,7 +20,7 @@ def test_trec_sample_counts_and_sql(spark, warehouse):
         paths={s: str(DATA / f"{s}_per_query_quid.txt") for s in ("train", "valid", "test")},
         labels=str(DATA / "human_label_for_GraphCM_per_query_quid.txt"),
     ))
-    counts = ingest_stage(spark, cfg, warehouse, "trec-test")
+    counts = STAGES["ingest"](StageContext(spark, cfg, warehouse, "trec-test"))
     assert counts["read"] == counts["accepted"] + counts["quarantined"]
     assert (counts["serps_read"], counts["quarantined"]) == (3596, 0)
     assert (counts["labels_read"], counts["labels_accepted"], counts["label_rows"]) == (856, 856, 8560)
@@ -40,7 +41,7 @@ def test_trec_sample_counts_and_sql(spark, warehouse):
     assert run["status"] == "succeeded" and run["counts"]["read"] == 3596 + 856
 
     # a rerun with the same run id replaces, never duplicates
-    ingest_stage(spark, cfg, warehouse, "trec-test")
+    STAGES["ingest"](StageContext(spark, cfg, warehouse, "trec-test"))
     register_tables(spark, warehouse)
     assert spark.sql("SELECT count(*) FROM serps").first()[0] == 3596
     assert spark.sql("SELECT count(*) FROM runs WHERE run_id = 'trec-test'").first()[0] == 1

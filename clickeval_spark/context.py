@@ -1,0 +1,82 @@
+"""StageContext: what every stage works with — the session, the config, the warehouse, the run id —
+and the few reads and writes they all make, so a stage names tables and slices, never paths."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date
+from typing import Iterator, Sequence
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from clickeval_spark import tables
+from clickeval_spark.config import SPLITS, AppConfig, config_as_dict
+from clickeval_spark.runs import RunRecord, recorded_run
+
+
+@dataclass(frozen=True)
+class StageContext:
+    spark: SparkSession
+    cfg: AppConfig
+    warehouse: str
+    run_id: str
+
+    @property
+    def dataset(self) -> str:
+        return self.cfg.ingest.dataset
+
+    @contextmanager
+    def record(self, job: str) -> Iterator[RunRecord]:
+        """Time the body and write its `runs` row (job e.g. "fit:pbm"), also when it fails."""
+        with recorded_run(self.spark, self.warehouse, self.run_id, job, self.dataset,
+                          config_as_dict(self.cfg)) as run:
+            yield run
+
+    def read(self, table: str) -> DataFrame:
+        return tables.read_table(self.spark, self.warehouse, table)
+
+    def exists(self, table: str) -> bool:
+        return DeltaTable.isDeltaTable(self.spark, tables.table_path(self.warehouse, table))
+
+    def this_run(self, table: str, **keys: str) -> DataFrame:
+        """This run's rows of `table`, narrowed by column = value `keys`."""
+        condition = F.col("run_id") == self.run_id
+        for column, value in keys.items():
+            condition &= F.col(column) == value
+        return self.read(table).where(condition)
+
+    def write(self, df: DataFrame, table: str, keys: dict[str, str],
+              log_dates: Sequence[date | None] | None = None) -> None:
+        """Replace the slice `keys` of `table` with `df` (Delta replaceWhere, tagged with the run id)."""
+        tables.replace_slice(df, self.warehouse, table, keys, self.run_id, log_dates)
+
+    def rows_written(self, table: str, keys: dict[str, str]) -> int:
+        """Rows of this run's last write of slice `keys`, from the Delta log (no scan)."""
+        return tables.rows_written(self.spark, self.warehouse, table, keys, self.run_id)
+
+    def serps(self, splits: tuple[str, ...] = SPLITS) -> DataFrame:
+        """The dataset's SERPs of `splits` in the configured log_date window: what every stage after
+        ingest reads."""
+        return self.read("serps").where(
+            (F.col("dataset") == self.dataset) & F.col("split").isin(*splits) & tables.in_window(self.cfg.window))
+
+    def labels(self) -> DataFrame | None:
+        """The dataset's relevance labels (None: none ingested); with a window, the dated ones of its
+        days and every undated one."""
+        if not self.exists("relevance_labels"):
+            return None
+        return self.read("relevance_labels").where(
+            (F.col("dataset") == self.dataset) & tables.in_window(self.cfg.window, undated=True))
+
+    def outside_window(self, rows: DataFrame) -> DataFrame:
+        """External rows (predictions, sequences) without those of the dataset's SERPs outside the window:
+        they are not evaluated in this run. A serp_id the dataset does not have at all still fails the
+        checks."""
+        if self.cfg.window is None or "serp_id" not in rows.columns:
+            return rows
+        outside = self.read("serps").where(
+            (F.col("dataset") == self.dataset) & ~tables.in_window(self.cfg.window)).select(F.col("serp_id").alias("_out"))
+        return rows.join(outside, on=F.col("serp_id").cast("string") == F.col("_out"), how="left_anti")
