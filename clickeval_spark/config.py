@@ -26,6 +26,8 @@ from typing import Any, Literal, Mapping
 import yaml
 
 from clickeval_spark.errors import ConfigError
+from clickeval_spark.models import MODELS  # the kernel registry (numpy only: no Spark at config time)
+from clickeval_spark.models.priors import DEFAULT_K_GRID, DEFAULT_WARMUP
 
 # the checkout, for scripts that live in it (benchmarks/); config locations never resolve against it
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +36,7 @@ RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 # and default run ids, so they are a subset of what a run id allows
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SPLITS = ("train", "valid", "test")
-MODEL_NAMES = ("gctr", "rctr", "dctr", "pbm", "cm", "ubm", "dcm", "ccm", "dbn", "sdbn")
+MODEL_NAMES = tuple(MODELS)
 SOURCE_FORMATS = ("synthetic", "tiangong_xml", "per_query_text", "yandex", "parquet", "delta")
 ISO_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 
@@ -174,9 +176,6 @@ class IngestConfig:
             raise ConfigError("ingest.max_quarantine_share: must be in [0, 1]")
 
 
-PRIOR_KINDS = ("none", "pyclick", "beta")
-
-
 def _check_strength(key: str, k: Any, allow_auto: bool = True) -> None:
     if k == "auto" and allow_auto:
         return
@@ -193,8 +192,8 @@ class PriorConfig:
     """
     kind: Literal["none", "pyclick", "beta"] = "beta"
     k: Any = "auto"
-    grid: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
-    warmup: int = 20   # at most this many passes pooled means follow the fit (while valid LL improves); then fixed
+    grid: tuple[float, ...] = DEFAULT_K_GRID
+    warmup: int = DEFAULT_WARMUP   # at most this many passes pooled means follow the fit (while valid LL improves); then fixed
 
     def __post_init__(self) -> None:
         _check_strength("fit.prior.k", self.k)
@@ -240,13 +239,11 @@ class FitConfig:
             raise ConfigError("fit.tol: must be > 0 or null")
         if self.checkpoint_interval < 1:
             raise ConfigError("fit.checkpoint_interval: must be >= 1")
-        from clickeval_spark.models import get_model   # the registry knows each model's families
-
         for key in self.model_priors:
             name, _, family = key.partition(".")
             if name not in MODEL_NAMES:
                 raise ConfigError(f"fit.model_priors.{key}: unknown model {name!r}; allowed: {list(MODEL_NAMES)}")
-            model = get_model(name)
+            model = MODELS[name]
             families = [*model.qd_params, *sorted(model.global_shapes(self.max_rank))]
             if family and family not in families:
                 raise ConfigError(f"fit.model_priors.{key}: {name} has no parameter family {family!r}; "

@@ -25,7 +25,7 @@ class FittedModel:
              qd parameters.
     glob:    per-rank / global parameters, shapes ``model.global_shapes(max_rank)``.
     prior:   qd parameter -> value used for (query, doc) pairs unseen in
-             training: its family's prior mean m (see the module docstring).
+             training: its family's prior mean m (see spark_em's module docstring).
     history: (iteration, mean per-SERP training LL, seconds); iteration 0 is the
              starting point.
     """
