@@ -95,18 +95,17 @@ RUNS = T.StructType([
     T.StructField("config", T.StringType(), True),
 ])
 
+# one row per (run, model, SERP); element i of each array is rank i + 1. The view
+# click_predictions_by_rank (register_tables) has one row per rank for SQL.
 CLICK_PREDICTIONS = T.StructType([
     T.StructField("run_id", T.StringType(), False),
     T.StructField("model", T.StringType(), False),
     T.StructField("dataset", T.StringType(), False),
     T.StructField("split", T.StringType(), False),
     T.StructField("serp_id", T.StringType(), False),
-    T.StructField("query_id", T.StringType(), True),
-    T.StructField("doc_id", T.StringType(), True),
-    T.StructField("rank", T.IntegerType(), False),
-    T.StructField("click", T.IntegerType(), False),
-    T.StructField("p_click_cond", T.DoubleType(), False),
-    T.StructField("p_click", T.DoubleType(), False),
+    T.StructField("clicks", T.ArrayType(T.IntegerType()), False),
+    T.StructField("p_click_cond", T.ArrayType(T.DoubleType()), False),
+    T.StructField("p_click", T.ArrayType(T.DoubleType()), False),
 ])
 
 RELEVANCE_SCORES = T.StructType([
@@ -359,10 +358,20 @@ def in_window(window: WindowConfig | None, *, undated: bool = False) -> Column:
 
 
 def register_tables(spark: SparkSession, warehouse: str) -> list[str]:
-    """Expose every existing table as a temp view, so `spark.sql("SELECT ... FROM serps")` works."""
+    """Expose every existing table as a temp view, so `spark.sql("SELECT ... FROM serps")` works; with
+    click_predictions also `click_predictions_by_rank`, one row per (SERP, rank)."""
+    from clickeval_spark.metrics.click_prediction import by_rank  # the contract's two shapes live there
+
     registered = []
     for name in SCHEMAS:
         if DeltaTable.isDeltaTable(spark, table_path(warehouse, name)):
-            read_table(spark, warehouse, name).createOrReplaceTempView(name)
+            table = read_table(spark, warehouse, name)
+            table.createOrReplaceTempView(name)
             registered.append(name)
+            if name == "click_predictions":
+                by_rank(table).createOrReplaceTempView(BY_RANK_VIEW)
+                registered.append(BY_RANK_VIEW)
     return registered
+
+
+BY_RANK_VIEW = "click_predictions_by_rank"

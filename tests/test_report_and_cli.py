@@ -86,3 +86,19 @@ def test_tables_lists_counts_and_versions(spark, filled, capsys):
     metrics_line = next(line for line in out.splitlines() if line.startswith("metrics "))
     assert metrics_line.split()[1:3] == [str(len(_metric_rows())), "0"]
     assert re.search(r"^serps\s+-\s+-\s+\(not written yet\)", out, re.M)
+
+
+def test_click_predictions_are_one_row_per_serp_with_a_by_rank_view(spark, tmp_path, capsys):
+    warehouse = str(tmp_path / "wh")
+    rows = [(RUN, "pbm", "d", "test", "s1", [0, 1], [0.5, 0.25], [0.5, 0.2]),
+            (RUN, "pbm", "d", "test", "s2", [1], [0.75], [0.75])]
+    tables.replace_slice(spark.createDataFrame(rows, tables.CLICK_PREDICTIONS), warehouse, "click_predictions",
+                         {"run_id": RUN, "model": "pbm"}, RUN)
+    conf = tmp_path / "c.yaml"
+    conf.write_text(f"spark: {{warehouse: {warehouse}, conf: {{}}}}\n")
+    query = ("SELECT serp_id, rank, click, p_click_cond, p_click FROM click_predictions_by_rank "
+             "ORDER BY serp_id, rank")
+    assert sql_job.main(["--conf", str(conf), query]) == 0
+    out = capsys.readouterr().out
+    assert [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines() if line.startswith(("|s1", "|s2"))] == [
+        ["s1", "1", "0", "0.5", "0.5"], ["s1", "2", "1", "0.25", "0.2"], ["s2", "1", "1", "0.75", "0.75"]]

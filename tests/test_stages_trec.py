@@ -16,7 +16,7 @@ from clickeval_spark.models.priors import model_prior
 from clickeval_spark.models.spark_em import fit
 from clickeval_spark.context import StageContext
 from clickeval_spark.stages import STAGES
-from clickeval_spark.metrics.click_prediction import log_likelihood_by_split
+from clickeval_spark.metrics.click_prediction import by_rank, log_likelihood_by_split
 from clickeval_spark.tables import read_table
 from examples.external_model import fit_and_write
 
@@ -44,9 +44,10 @@ def trec(spark, tmp_path_factory):
 def test_every_model_fits_and_predicts(spark, trec):
     cfg, warehouse, histories, lls = trec
     assert set(histories) == set(MODEL_NAMES) == set(lls)
-    preds = read_table(spark, warehouse, "click_predictions").where("run_id = 'trec-run'")
-    per_model = dict(preds.groupBy("model").count().collect())
-    assert per_model == {m: (2872 + 363) * 10 for m in MODEL_NAMES}
+    per_serp = read_table(spark, warehouse, "click_predictions").where("run_id = 'trec-run'")
+    assert dict(per_serp.groupBy("model").count().collect()) == {m: 2872 + 363 for m in MODEL_NAMES}
+    preds = per_serp.transform(by_rank)
+    assert dict(preds.groupBy("model").count().collect()) == {m: (2872 + 363) * 10 for m in MODEL_NAMES}
     bad = preds.where((F.col("p_click") < 0) | (F.col("p_click") > 1) | (F.col("p_click_cond") < 0)
                       | (F.col("p_click_cond") > 1) | F.isnan("p_click") | F.isnan("p_click_cond")).count()
     assert bad == 0

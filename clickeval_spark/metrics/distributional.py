@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from clickeval_spark.metrics.bootstrap import SCALE, to_fixed
-from clickeval_spark.metrics.click_prediction import clipped, log_lik
+from clickeval_spark.metrics.bootstrap import SCALE
+from clickeval_spark.metrics.click_prediction import serp_stats
 from clickeval_spark.models.base import ClickModel
 from clickeval_spark.models.priors import ModelPrior
 from clickeval_spark.models.fitted import FittedModel
@@ -33,16 +33,16 @@ class Perplexity:
 def perplexity(serps: DataFrame, fitted: FittedModel, eps: float = 1e-6) -> Perplexity:
     """Classic click-model perplexity of `fitted` on `serps` (unconditional p_click), per rank and total.
 
-    Sums are fixed-point (exact, order-free); only M per-rank rows reach the driver.
+    Sums are fixed-point (exact, order-free); one row of per-rank sums reaches the driver.
     """
-    ln = log_lik(clipped("p_click", eps))
-    per_rank = {r["rank"]: r for r in (
-        fitted.predict(serps).groupBy("rank")
-        .agg(F.count("*").alias("n"), F.sum(to_fixed(ln)).alias("ln")).collect())}
-    at_rank = tuple(math.exp(-per_rank[t]["ln"] / SCALE / per_rank[t]["n"]) if t in per_rank else math.nan
-                    for t in range(1, fitted.max_rank + 1))
+    M = fitted.max_rank
+    stats = serp_stats(fitted.predict(serps).withColumn("model", F.lit(fitted.model.name)), M, eps)
+    sums = stats.agg(*[F.sum(f"{c}_{t}").alias(f"{c}_{t}") for t in range(1, M + 1)
+                       for c in ("n", "ln_uncond")]).first()
+    at_rank = tuple(math.exp(-sums[f"ln_uncond_{t}"] / SCALE / sums[f"n_{t}"]) if sums[f"n_{t}"] else math.nan
+                    for t in range(1, M + 1))
     present = [v for v in at_rank if not math.isnan(v)]
-    n_serps = per_rank[1]["n"] if 1 in per_rank else 0
+    n_serps = int(sums["n_1"] or 0)
     return Perplexity(sum(present) / len(present) if present else math.nan, at_rank, n_serps)
 
 

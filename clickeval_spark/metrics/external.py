@@ -1,7 +1,7 @@
 """Predictions of models trained elsewhere, checked against the contract before they are evaluated.
 
-A user writes the click_predictions (serp_id, rank, p_click_cond, p_click[, click])
-and relevance_scores (query_id, doc_id, score) contracts as Delta or Parquet. The
+A user writes the click_predictions (per SERP: serp_id, p_click_cond, p_click arrays[,
+clicks]; or per rank: serp_id, rank, p_click_cond, p_click[, click]) and relevance_scores (query_id, doc_id, score) contracts as Delta or Parquet. The
 checks below make sure the model is scored on exactly the SERPs every built-in model
 is scored on; a violation fails the job with the rule and the first offending rows.
 """
@@ -15,6 +15,7 @@ from pyspark.sql.utils import AnalysisException
 
 from clickeval_spark.config import CLICK_MODES, LIST_ORDERS, ExternalModelConfig
 from clickeval_spark.errors import ClickevalError
+from clickeval_spark.metrics.click_prediction import per_serp
 
 PREDICTION_COLUMNS = ("serp_id", "rank", "p_click_cond", "p_click")
 SCORE_COLUMNS = ("query_id", "doc_id", "score")
@@ -46,21 +47,64 @@ def _require_columns(df: DataFrame, columns: tuple[str, ...], name: str, path: s
                              f"the contract needs {list(columns)}, found {df.columns}")
 
 
-def _probability_ok(col: str) -> F.Column:
-    return F.col(col).isNotNull() & ~F.isnan(col) & F.col(col).between(0.0, 1.0)
+def _probability_ok(col: str | F.Column) -> F.Column:
+    col = F.col(col) if isinstance(col, str) else col
+    return col.isNotNull() & ~F.isnan(col) & col.between(0.0, 1.0)
 
 
-def checked_predictions(raw: DataFrame, positions: DataFrame, splits: tuple[str, ...],
+def checked_predictions(raw: DataFrame, serps: DataFrame, max_rank: int, splits: tuple[str, ...],
                         ext: ExternalModelConfig) -> DataFrame:
-    """The external predictions of the evaluated splits in the click_predictions contract.
+    """The external predictions of the evaluated splits in the click_predictions contract: model, dataset,
+    split, serp_id, clicks (the log's), p_click_cond, p_click, one row per SERP.
 
-    `positions`: every position of the dataset's SERPs (dataset, split, serp_id, query_id,
-    doc_id, rank, click). Each (serp_id, rank) of the evaluated `splits` must appear
-    exactly once; a key the log does not have fails; rows for other splits of the log
-    are allowed and not evaluated; the click, when given, must be the log's click.
+    Either shape of DESIGN §2 is accepted: one row per SERP with arrays (p_click_cond,
+    p_click[, clicks]), or one row per (SERP, rank) (rank, p_click_cond, p_click[, click]).
+    Both are held to the same rules: every evaluated SERP of `splits` has exactly one
+    prediction for each of its ranks up to max_rank; a SERP or rank the log does not have
+    fails; predictions for other splits of the log are allowed and not evaluated; a click,
+    when given, must be the log's click.
     """
+    log = serps.select("dataset", "split", "serp_id", "query_id",
+                       F.slice("doc_ids", 1, max_rank).alias("doc_ids"), F.slice("clicks", 1, max_rank).alias("clicks"))
+    if "rank" in raw.columns:
+        return _checked_by_rank(raw, log, splits, ext)
+    name, path = ext.name, ext.predictions
+    _require_columns(raw, ("serp_id", "p_click_cond", "p_click"), name, path)
+    preds = raw.select(
+        F.col("serp_id").cast("string").alias("serp_id"),
+        F.col("p_click_cond").try_cast("array<double>").alias("p_click_cond"),
+        F.col("p_click").try_cast("array<double>").alias("p_click"),
+        (F.col("clicks").try_cast("array<int>") if "clicks" in raw.columns
+         else F.lit(None).cast("array<int>")).alias("ext_clicks"),
+    )
+    _fail_if_any(preds.groupBy("serp_id").count().where("count > 1"), name, path, "duplicate_prediction",
+                 "each serp_id of an evaluated SERP must appear exactly once")
+    _fail_if_any(preds.join(log, on="serp_id", how="left_anti"), name, path, "unknown_position",
+                 "no SERP of the log has this serp_id")
+    evaluated = log.where(F.col("split").isin(*splits))
+    _fail_if_any(evaluated.join(preds, on="serp_id", how="left_anti").select("split", "serp_id"), name, path,
+                 "missing_prediction", "an evaluated SERP has no prediction")
+    joined = evaluated.join(preds, on="serp_id", how="inner")
+    n = F.size("clicks")
+    _fail_if_any(joined.where(F.coalesce((F.size("p_click_cond") != n) | (F.size("p_click") != n), F.lit(True)))
+                 .select("serp_id", "clicks", "p_click_cond", "p_click"), name, path, "length_mismatch",
+                 f"p_click_cond and p_click need one value per rank of the SERP (its first {max_rank})")
+    bad = F.exists("p_click_cond", lambda p: ~_probability_ok(p)) | F.exists("p_click", lambda p: ~_probability_ok(p))
+    _fail_if_any(preds.where(bad), name, path, "probability_out_of_range",
+                 "p_click_cond and p_click must be numbers in [0, 1], not null or NaN")
+    _fail_if_any(joined.where(F.col("ext_clicks").isNotNull() & (F.col("ext_clicks") != F.col("clicks")))
+                 .select("serp_id", "clicks", "ext_clicks"), name, path, "click_differs_from_log",
+                 "the clicks column, when given, must equal the log's clicks")
+    return joined.select(F.lit(name).alias("model"), "dataset", "split", "serp_id", "clicks", "p_click_cond",
+                         "p_click")
+
+
+def _checked_by_rank(raw: DataFrame, log: DataFrame, splits: tuple[str, ...], ext: ExternalModelConfig) -> DataFrame:
+    """`checked_predictions` for one row per (serp_id, rank)."""
     name, path = ext.name, ext.predictions
     _require_columns(raw, PREDICTION_COLUMNS, name, path)
+    positions = log.select("dataset", "split", "serp_id", F.posexplode("clicks").alias("pos", "click")).select(
+        "dataset", "split", "serp_id", (F.col("pos") + 1).cast("int").alias("rank"), "click")
     preds = raw.select(
         F.col("serp_id").cast("string").alias("serp_id"),
         F.col("rank").try_cast("int").alias("rank"),
@@ -82,8 +126,9 @@ def checked_predictions(raw: DataFrame, positions: DataFrame, splits: tuple[str,
     _fail_if_any(joined.where(F.col("ext_click").isNotNull() & (F.col("ext_click") != F.col("click")))
                  .select(*keys, "click", "ext_click"), name, path, "click_differs_from_log",
                  "the click column, when given, must equal the log's click")
-    return joined.select(F.lit(name).alias("model"), "dataset", "split", "serp_id", "query_id", "doc_id",
-                         "rank", "click", "p_click_cond", "p_click")
+    rows = joined.select(F.lit(name).alias("model"), "dataset", "split", "serp_id", "rank", "click",
+                         "p_click_cond", "p_click")
+    return per_serp(rows).select("model", "dataset", "split", "serp_id", "clicks", "p_click_cond", "p_click")
 
 
 def checked_scores(raw: DataFrame, needed: DataFrame, ext: ExternalModelConfig) -> DataFrame:
@@ -137,14 +182,3 @@ def checked_sequences(raw: DataFrame, serps: DataFrame, name: str, path: str) ->
                  name, path, "clicks_not_binary", "clicks must be 0/1, one per document")
     return seqs
 
-
-def positions(serps: DataFrame, max_rank: int) -> DataFrame:
-    """dataset, split, serp_id, query_id, doc_id, rank, click: one row per evaluated position, what an
-    external model's predictions are checked against."""
-    return (
-        serps.select("dataset", "split", "serp_id", "query_id",
-                     F.posexplode(F.arrays_zip("doc_ids", "clicks")).alias("pos", "dc"))
-        .where(F.col("pos") < max_rank)
-        .select("dataset", "split", "serp_id", "query_id", F.col("dc.doc_ids").alias("doc_id"),
-                (F.col("pos") + 1).cast("int").alias("rank"), F.col("dc.clicks").alias("click"))
-    )

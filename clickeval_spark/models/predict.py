@@ -19,10 +19,9 @@ from pyspark.sql import functions as F
 from clickeval_spark.models.attach import attach_qd, batch_arrays, qd_array_col, truncate_serps
 from clickeval_spark.models.fitted import FittedModel
 
-PREDICTION_SCHEMA = (
-    "dataset string, split string, serp_id string, query_id string, doc_id string, "
-    "rank int, click int, p_click_cond double, p_click double"
-)
+# one row per SERP; element i of each array is rank i + 1 (DESIGN §2 click_predictions)
+PREDICTION_SCHEMA = ("dataset string, split string, serp_id string, clicks array<int>, "
+                     "p_click_cond array<double>, p_click array<double>")
 RELEVANCE_SCHEMA = "query_id string, doc_id string, score double"
 
 
@@ -37,24 +36,23 @@ def _predict_fn(fitted: FittedModel):
             clicks, mask, lens, qd = batch_arrays(pdf, M, params)
             p_cond = np.asarray(model.cond_probs(qd, g, clicks, mask), dtype=np.float64)
             p_click = np.asarray(model.click_probs(qd, g, mask), dtype=np.float64)
+            # the padded (B, M) arrays back to one list per SERP: split the masked values at the SERP ends
+            ends = np.cumsum(lens)[:-1]
             yield pd.DataFrame({
-                "dataset": np.repeat(pdf["dataset"].to_numpy(), lens),
-                "split": np.repeat(pdf["split"].to_numpy(), lens),
-                "serp_id": np.repeat(pdf["serp_id"].to_numpy(), lens),
-                "query_id": np.repeat(pdf["query_id"].to_numpy(), lens),
-                "doc_id": np.concatenate(pdf["doc_ids"].to_numpy()),
-                "rank": (np.nonzero(mask)[1] + 1).astype(np.int32),
-                "click": clicks[mask].astype(np.int32),
-                "p_click_cond": p_cond[mask],
-                "p_click": p_click[mask],
+                "dataset": pdf["dataset"].to_numpy(),
+                "split": pdf["split"].to_numpy(),
+                "serp_id": pdf["serp_id"].to_numpy(),
+                "clicks": np.split(clicks[mask].astype(np.int32), ends),
+                "p_click_cond": np.split(p_cond[mask], ends),
+                "p_click": np.split(p_click[mask], ends),
             })
 
     return run
 
 
 def predict_clicks(serps: DataFrame, fitted: FittedModel) -> DataFrame:
-    """One row per (SERP, rank <= max_rank): dataset, split, serp_id, query_id, doc_id,
-    rank (1-based int), click int, p_click_cond double, p_click double.
+    """One row per SERP: dataset, split, serp_id, clicks array<int>, p_click_cond array<double>,
+    p_click array<double>; element i is rank i + 1 (`click_prediction.by_rank` gives one row per rank).
 
     p_click_cond = P(C_r = 1 | the SERP's observed clicks above r); p_click =
     P(C_r = 1) with earlier clicks marginalised. Ranks beyond the fitted
@@ -68,8 +66,7 @@ def predict_clicks(serps: DataFrame, fitted: FittedModel) -> DataFrame:
     return (
         joined.select(*cols)
         .mapInPandas(_predict_fn(fitted), PREDICTION_SCHEMA)
-        .select("dataset", "split", "serp_id", "query_id", "doc_id", "rank", "click",
-                "p_click_cond", "p_click")
+        .select("dataset", "split", "serp_id", "clicks", "p_click_cond", "p_click")
     )
 
 

@@ -24,8 +24,8 @@ def run(ctx: StageContext) -> list[dict]:
         reference = ecfg.reference_model if ecfg.reference_model in models else None
         if ecfg.reference_model and reference is None:
             run.details["reference_model"] = f"{ecfg.reference_model} is not evaluated in this run: no _diff rows"
-        rows = compute_metrics(preds.select("model", "dataset", "split", "serp_id", "rank", "click",
-                                            "p_click_cond", "p_click"),
+        rows = compute_metrics(preds.select("model", "dataset", "split", "serp_id", "clicks", "p_click_cond",
+                                            "p_click"),
                                ctx.serps(ecfg.splits), ctx.labels(),
                                scores.select("model", "query_id", "doc_id", "score"),
                                ranked, MetricOptions.from_config(ecfg, ctx.cfg.fit.max_rank), reference)
@@ -50,14 +50,13 @@ def import_external_models(ctx: StageContext) -> dict[str, str]:
     if not ecfg.external:
         return {}
     all_serps = ctx.serps()
-    positions = external.positions(all_serps, max_rank)
     labels = ctx.labels()
     imported = {}
     for ext in ecfg.external:
         keys = {"run_id": ctx.run_id, "model": ext.name}
         # every check of both files runs before anything of this model is written
         raw = ctx.outside_window(external.read_external(ctx.spark, ext.predictions, ext.format))
-        preds = external.checked_predictions(raw, positions, ecfg.splits, ext)
+        preds = external.checked_predictions(raw, all_serps, max_rank, ecfg.splits, ext)
         scores = None
         if ext.relevance_scores is not None:
             evaluated = all_serps.where(F.col("split").isin(*ecfg.splits))

@@ -35,10 +35,9 @@ def run(ctx: StageContext) -> dict[str, dict[str, float]]:
                 ctx.write(scores, "relevance_scores", keys)
             else:  # GCTR / RCTR give every document the same score: no ranking to evaluate
                 run.details["relevance_scores"] = "none: the model has no per-(query, doc) parameter"
-            written = ctx.this_run("click_predictions", model=name)
-            lls[name] = log_likelihood_by_split(written)
+            lls[name] = log_likelihood_by_split(ctx.this_run("click_predictions", model=name))
             run.details["log_likelihood"] = lls[name]
-            run.counts["predictions"] = written.count()
+            run.counts["serps_predicted"] = ctx.rows_written("click_predictions", keys)
         print(f"predict {name}: " + ", ".join(f"LL[{s}]={v:.4f}" for s, v in sorted(lls[name].items())
                                                if not math.isnan(v)))
     return lls

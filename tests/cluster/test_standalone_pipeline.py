@@ -100,11 +100,11 @@ def test_pipeline_stages_on_standalone_cluster(artefacts, standalone_cluster, tm
     preds = read_table(spark, warehouse, "click_predictions").where(F.col("run_id") == RUN_ID)
     pred_rows = {(r["model"], r["split"]): r["n"]
                  for r in preds.groupBy("model", "split").agg(F.count(F.lit(1)).alias("n")).collect()}
-    list_size = cfg.ingest.synthetic.list_size
-    for model in cfg.fit.models:
+    for model in cfg.fit.models:   # one row per SERP
         splits = {s for m, s in pred_rows if m == model}
         assert set(cfg.predict.splits) <= splits, (model, splits)
-        assert {s: pred_rows[model, s] for s in splits} == {s: serps_per_split[s] * list_size for s in splits}
+        assert {s: pred_rows[model, s] for s in splits} == {s: serps_per_split[s] for s in splits}
+    assert preds.where(F.size("p_click") != cfg.ingest.synthetic.list_size).limit(1).count() == 0
 
     scores = read_table(spark, warehouse, "relevance_scores").where(F.col("run_id") == RUN_ID)
     assert {r["model"] for r in scores.select("model").distinct().collect()} == set(cfg.fit.models)

@@ -6,6 +6,7 @@ import pytest
 
 from clickeval_spark.metrics import bootstrap
 from clickeval_spark.metrics.evaluate import MetricOptions, compute_metrics
+from clickeval_spark.metrics.click_prediction import per_serp
 from tests.metrics.helpers import PREDICTIONS_SCHEMA, SERPS_SCHEMA
 
 GAMMA = 1.0 / np.arange(1, 11) ** 0.7
@@ -47,7 +48,7 @@ def repeats(spark):
     frames += [simulate_pbm(rng, f"x4-{i}", 400) for i in range(10)]
     preds = pd.concat([f[0] for f in frames], ignore_index=True)
     serps = pd.concat([f[1] for f in frames], ignore_index=True)
-    rows = compute_metrics(spark.createDataFrame(preds, PREDICTIONS_SCHEMA),
+    rows = compute_metrics(spark.createDataFrame(preds, PREDICTIONS_SCHEMA).transform(per_serp),
                            spark.createDataFrame(serps, SERPS_SCHEMA), None, None, [],
                            MetricOptions(replicates=200, seed=9))
     return {r["model"]: r for r in rows if r["metric"] == "LL"}

@@ -5,6 +5,7 @@ import pytest
 
 from clickeval_spark.metrics import bootstrap
 from clickeval_spark.metrics.evaluate import MetricOptions, compute_metrics
+from clickeval_spark.metrics.click_prediction import per_serp
 from tests.metrics.helpers import PREDICTIONS_SCHEMA, SERPS_SCHEMA, random_log
 
 EPS = 1e-6
@@ -31,7 +32,7 @@ def random_case(spark):
     rng = np.random.default_rng(11)
     serps, preds = random_log(rng, n_sessions=60)
     opts = MetricOptions(replicates=50, seed=3)
-    rows = compute_metrics(spark.createDataFrame(preds, PREDICTIONS_SCHEMA),
+    rows = compute_metrics(spark.createDataFrame(preds, PREDICTIONS_SCHEMA).transform(per_serp),
                            spark.createDataFrame(serps, SERPS_SCHEMA), None, None, [], opts,
                            reference_model="a")
     return serps, preds, rows, opts

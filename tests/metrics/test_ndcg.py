@@ -5,6 +5,7 @@ import pytest
 from sklearn.metrics import ndcg_score
 
 from clickeval_spark.metrics.evaluate import MetricOptions, compute_metrics
+from clickeval_spark.metrics.click_prediction import per_serp
 from tests.metrics.helpers import LABELS_SCHEMA, PREDICTIONS_SCHEMA, SCORES_SCHEMA, SERPS_SCHEMA
 
 
@@ -15,7 +16,7 @@ def _predictions_for(serps, model):
 
 def _ndcg(spark, serps, labels, scores, opts, model="m"):
     rows = compute_metrics(
-        spark.createDataFrame(_predictions_for(serps, model), PREDICTIONS_SCHEMA),
+        spark.createDataFrame(_predictions_for(serps, model), PREDICTIONS_SCHEMA).transform(per_serp),
         spark.createDataFrame(serps, SERPS_SCHEMA),
         spark.createDataFrame(labels, LABELS_SCHEMA),
         spark.createDataFrame(scores, SCORES_SCHEMA), [model], opts)

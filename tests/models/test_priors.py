@@ -149,7 +149,7 @@ def test_prior_is_stored_with_the_parameters_and_read_back(spark):
     # unseen pairs get m: a SERP of unseen documents is predicted with the stored means
     unseen = spark.createDataFrame([("t", "test", "x", "rx", 1, "q-new", ["n1", "n2"], None, [0, 0], None)],
                                    SERPS_SCHEMA)
-    p1 = predict_clicks(unseen, back).where(F.col("rank") == 1).first().p_click
+    p1 = predict_clicks(unseen, back).first().p_click[0]
     assert p1 == pytest.approx(fitted.prior["alpha"], abs=1e-15)   # DBN: P(C_1) = alpha_1
 
 

@@ -21,7 +21,8 @@ from pyspark.sql import types as T
 from clickeval_spark.models import MODELS, get_model
 from clickeval_spark.models.base import INIT_VALUE, sample_clicks
 from clickeval_spark.models.params_io import MODEL_PARAMS_SCHEMA, from_param_rows, to_param_rows
-from clickeval_spark.models.predict import PREDICTION_SCHEMA, predict_clicks, relevance_scores
+from clickeval_spark.metrics.click_prediction import by_rank
+from clickeval_spark.models.predict import predict_clicks, relevance_scores
 from clickeval_spark.hashing import seeded_uniform
 from clickeval_spark.models.sampling import sample_serps
 from clickeval_spark.models import attach, blocks, spark_em
@@ -312,12 +313,15 @@ def test_predict_matches_kernel(spark, name):
     for b, row in enumerate(log.rows):
         for r in range(log.M):
             if log.mask[b, r]:
-                expected_rows.append((row[0], row[1], row[3], row[5], row[6][r], r + 1,
-                                      int(log.clicks[b, r]), float(p_cond[b, r]), float(p_click[b, r])))
-    expected = spark.createDataFrame(expected_rows, PREDICTION_SCHEMA)
-    got = predict_clicks(log.df(spark), fitted)
-    assert got.columns == expected.columns
-    assert_approx_df_equality(got, expected, 1e-12, ignore_nullable=True, ignore_row_order=True)
+                expected_rows.append((row[0], row[1], row[3], r + 1, int(log.clicks[b, r]),
+                                      float(p_cond[b, r]), float(p_click[b, r])))
+    expected = spark.createDataFrame(expected_rows, "dataset string, split string, serp_id string, rank int, "
+                                                    "click int, p_click_cond double, p_click double")
+    predicted = predict_clicks(log.df(spark), fitted)
+    assert predicted.columns == ["dataset", "split", "serp_id", "clicks", "p_click_cond", "p_click"]
+    assert predicted.count() == len(log.rows)  # one row per SERP
+    assert_approx_df_equality(predicted.transform(by_rank), expected, 1e-12, ignore_nullable=True,
+                              ignore_row_order=True)
     if model.qd_params:
         # the log does show unseen pairs, so the prior was exercised
         assert not np.isin(log.qd_index[log.mask], known).all()
@@ -331,11 +335,11 @@ def test_predict_unseen_pair_gets_prior(spark):
     serps = spark.createDataFrame(
         [("t", "test", "s", "x", 1, "q1", ["a", "b", "a", "c"], None, [1, 0, 0, 1], None),
          ("t", "test", "s", "y", 2, "q2", ["a"], None, [0], None)], SERPS_SCHEMA)
-    got = predict_clicks(serps, fitted).select("serp_id", "doc_id", "rank", "click", "p_click_cond")
+    got = predict_clicks(serps, fitted).transform(by_rank).select("serp_id", "rank", "click", "p_click_cond")
     expected = spark.createDataFrame(
-        [("x", "a", 1, 1, 0.8 * 0.9), ("x", "b", 2, 0, 0.2 * 0.5), ("x", "a", 3, 0, 0.8 * 0.25),
-         ("y", "a", 1, 0, 0.2 * 0.9)],   # (q2, a) is unseen although (q1, a) is known
-        "serp_id string, doc_id string, rank int, click int, p_click_cond double")
+        [("x", 1, 1, 0.8 * 0.9), ("x", 2, 0, 0.2 * 0.5), ("x", 3, 0, 0.8 * 0.25),   # docs a, b, a
+         ("y", 1, 0, 0.2 * 0.9)],   # (q2, a) is unseen although (q1, a) is known
+        "serp_id string, rank int, click int, p_click_cond double")
     assert_approx_df_equality(got, expected, 1e-15, ignore_nullable=True, ignore_row_order=True)
 
 
