@@ -286,8 +286,19 @@ def replace_slice(df: DataFrame, warehouse: str, name: str, keys: dict[str, str]
 
 def _add_missing_columns(spark: SparkSession, path: str, name: str) -> None:
     """A table written by an older version gains the (nullable) columns added to its schema since, before a
-    predicate names them (relevance_labels.log_date). Adding a column needs no table feature."""
-    present = set(spark.read.format("delta").load(path).columns)
+    predicate names them (relevance_labels.log_date). Adding a column needs no table feature.
+
+    A column whose type changed cannot be migrated in place (click_predictions before it held one row
+    per SERP): that is a user error naming the table and what to do, before anything is written."""
+    stored = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema}
+    changed = [f"{f.name} {stored[f.name].simpleString()} (now {f.dataType.simpleString()})"
+               for f in SCHEMAS[name].fields
+               if f.name in stored and stored[f.name].simpleString() != f.dataType.simpleString()]
+    if changed:
+        raise ClickevalError(f"{path}: table {name} was written by an older version with another layout: "
+                             f"{', '.join(changed)}; move it aside (or delete it: the stage that writes it "
+                             "recreates it) and rerun")
+    present = set(stored)
     if any(f.name not in present for f in SCHEMAS[name].fields):
         # appending no rows with mergeSchema commits the schema change alone (no SQL text built from the path)
         (spark.createDataFrame([], SCHEMAS[name]).write.format("delta").mode("append")

@@ -57,3 +57,22 @@ def test_unknown_model_name_is_a_clickeval_error(spark):
     params = spark.createDataFrame([], tables.MODEL_PARAMS)
     with pytest.raises(ClickevalError, match=r"^model_params: unknown click model 'ncm'; expected one of: gctr, "):
         load_fitted(params, "ncm", "r1", 10)
+
+
+def test_a_table_in_an_older_layout_is_named_not_overwritten(spark, tmp_path):
+    """click_predictions written before it held one row per SERP: the next write says what to do, and the
+    old rows stay as they were."""
+    warehouse = str(tmp_path / "wh")
+    path = tables.table_path(warehouse, "click_predictions")
+    old = spark.createDataFrame([("r0", "pbm", "d", "test", "s1", 1, 0, 0.5, 0.5)],
+                                "run_id string, model string, dataset string, split string, serp_id string, "
+                                "rank int, click int, p_click_cond double, p_click double")
+    old.write.format("delta").partitionBy("run_id").save(path)
+    new = spark.createDataFrame([("r1", "pbm", "d", "test", "s1", [0], [0.5], [0.5])], tables.CLICK_PREDICTIONS)
+    with pytest.raises(ClickevalError) as err:
+        tables.replace_slice(new, warehouse, "click_predictions", {"run_id": "r1", "model": "pbm"}, "r1")
+    assert str(err.value) == (
+        f"{path}: table click_predictions was written by an older version with another layout: "
+        "p_click_cond double (now array<double>), p_click double (now array<double>); move it aside "
+        "(or delete it: the stage that writes it recreates it) and rerun")
+    assert [tuple(r) for r in spark.read.format("delta").load(path).collect()] == [tuple(r) for r in old.collect()]
