@@ -21,7 +21,7 @@ from clickeval_spark.session import build_session
 # relative to the working directory, like every location in the config
 DEFAULT_CONF = os.path.join("conf", "local.yaml")
 # the stages whose input files a verb reads, checked before the session starts (default: the verb itself)
-JOB_STAGES = {"run": ("ingest", "evaluate", "generate"), "pipeline": ("ingest", "evaluate", "generate")}
+JOB_STAGES = {"run": ("ingest", "evaluate", "generate")}
 
 
 def load(conf: str, sets: Sequence[str] = (), run_id: str | None = None) -> tuple[AppConfig, str]:

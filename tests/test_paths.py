@@ -61,7 +61,7 @@ def test_missing_local_inputs_name_their_key(tmp_path):
     present.write_text("x")
     missing = str(tmp_path / "gone.txt")
     cfg = _every_location(str(present))
-    check_local_inputs(cfg, "pipeline")  # every input exists: nothing raised
+    check_local_inputs(cfg, "run")  # every input exists: nothing raised
     cases = [
         (IngestConfig(format="per_query_text", paths={"train": str(present), "test": missing}), "ingest",
          f"ingest.paths.test: {missing}: no such file or folder"),
@@ -69,7 +69,7 @@ def test_missing_local_inputs_name_their_key(tmp_path):
          f"ingest.labels: {missing}: no such file or folder"),
         (IngestConfig(format="per_query_text", paths={"all": str(tmp_path / "*.gz")}), "ingest",
          f"ingest.paths.all: {tmp_path / '*.gz'}: no such file or folder"),  # a glob that matches nothing
-        (IngestConfig(format="parquet", paths={"all": "file://" + missing}), "pipeline",
+        (IngestConfig(format="parquet", paths={"all": "file://" + missing}), "run",
          f"ingest.paths.all: {missing}: no such file or folder"),
     ]
     for ingest, job, message in cases:

@@ -64,8 +64,7 @@ def checked_predictions(raw: DataFrame, serps: DataFrame, max_rank: int, splits:
     fails; predictions for other splits of the log are allowed and not evaluated; a click,
     when given, must be the log's click.
     """
-    log = serps.select("dataset", "split", "serp_id", "query_id",
-                       F.slice("doc_ids", 1, max_rank).alias("doc_ids"), F.slice("clicks", 1, max_rank).alias("clicks"))
+    log = serps.select("dataset", "split", "serp_id", F.slice("clicks", 1, max_rank).alias("clicks"))
     if "rank" in raw.columns:
         return _checked_by_rank(raw, log, splits, ext)
     name, path = ext.name, ext.predictions

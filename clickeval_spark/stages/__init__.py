@@ -20,8 +20,11 @@ from clickeval_spark.stages import evaluate, fit, generate, ingest, predict, rep
 
 @dataclass(frozen=True)
 class Stage:
-    name: str
     module: ModuleType
+
+    @property
+    def name(self) -> str:
+        return self.module.__name__.rsplit(".", 1)[-1]
 
     @property
     def summary(self) -> str:
@@ -45,8 +48,8 @@ def _now() -> str:
     return f"{datetime.now(timezone.utc):%H:%M:%S}"
 
 
-STAGES: dict[str, Stage] = {m.__name__.rsplit(".", 1)[-1]: Stage(m.__name__.rsplit(".", 1)[-1], m)
-                            for m in (ingest, fit, predict, evaluate, generate, surrogate, report)}
+STAGES: dict[str, Stage] = {stage.name: stage for stage in
+                            map(Stage, (ingest, fit, predict, evaluate, generate, surrogate, report))}
 
 
 def run_pipeline(ctx: StageContext) -> dict[str, Any]:
