@@ -4,7 +4,7 @@ and the few reads and writes they all make, so a stage names tables and slices, 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Iterator, Sequence
 
@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from clickeval_spark import tables
 from clickeval_spark.config import SPLITS, AppConfig, config_as_dict
-from clickeval_spark.runs import RunRecord, recorded_run
+from clickeval_spark.runs import RunRecord, recorded_run, write_run_rows
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,8 @@ class StageContext:
     cfg: AppConfig
     warehouse: str
     run_id: str
+    # the runs rows of the enclosing `batched_runs` blocks, innermost last
+    _pending_runs: list[list[dict]] = field(default_factory=list, init=False, repr=False, compare=False)
 
     @property
     def dataset(self) -> str:
@@ -30,10 +32,23 @@ class StageContext:
 
     @contextmanager
     def record(self, job: str) -> Iterator[RunRecord]:
-        """Time the body and write its `runs` row (job e.g. "fit:pbm"), also when it fails."""
+        """Time the body and write its `runs` row (job e.g. "fit:pbm"), also when it fails; inside
+        `batched_runs` the row is written when that block ends."""
+        sink = self._pending_runs[-1].append if self._pending_runs else None
         with recorded_run(self.spark, self.warehouse, self.run_id, job, self.dataset,
-                          config_as_dict(self.cfg)) as run:
+                          config_as_dict(self.cfg), sink) as run:
             yield run
+
+    @contextmanager
+    def batched_runs(self) -> Iterator[None]:
+        """The body's `record` rows written together in one MERGE when it ends, also when it fails:
+        a stage pays one runs commit, not one per model."""
+        self._pending_runs.append([])
+        try:
+            yield
+        finally:
+            rows = {row["job"]: row for row in self._pending_runs.pop()}   # a job recorded twice: its last row
+            write_run_rows(self.spark, self.warehouse, list(rows.values()))
 
     def read(self, table: str) -> DataFrame:
         return tables.read_table(self.spark, self.warehouse, table)

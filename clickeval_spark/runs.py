@@ -7,7 +7,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Iterator
+from typing import Callable, Iterator
 
 from pyspark.sql import SparkSession
 
@@ -27,8 +27,12 @@ class RunRecord:
 
 @contextmanager
 def recorded_run(spark: SparkSession, warehouse: str, run_id: str, job: str,
-                 dataset: str | None, config: dict) -> Iterator[RunRecord]:
-    """Time the body and write its `runs` row, also when it fails (status=failed, error in details)."""
+                 dataset: str | None, config: dict,
+                 sink: Callable[[dict], None] | None = None) -> Iterator[RunRecord]:
+    """Time the body and write its `runs` row, also when it fails (status=failed, error in details).
+
+    With `sink` the finished row goes there instead (a stage collects its rows and writes them
+    in one MERGE when it ends: `write_run_rows`)."""
     record = RunRecord(run_id=run_id, job=job, dataset=dataset)
     if job != "ingest":
         # the log_date window the job read (null: the whole dataset); the report shows it
@@ -55,11 +59,15 @@ def recorded_run(spark: SparkSession, warehouse: str, run_id: str, job: str,
             "details": json.dumps(record.details, default=str, sort_keys=True),
             "config": json.dumps(config, default=str, sort_keys=True),
         }
-        _write_run_row(spark, warehouse, row)
+        if sink is None:
+            write_run_rows(spark, warehouse, [row])
+        else:
+            sink(row)
 
 
-def _write_run_row(spark: SparkSession, warehouse: str, row: dict) -> None:
-    """A run's row is keyed by (run_id, job): a retry replaces it, other jobs of the run stay.
+def write_run_rows(spark: SparkSession, warehouse: str, rows: list[dict]) -> None:
+    """Rows of one run, keyed by (run_id, job), in one MERGE: a retry replaces them, other jobs of
+    the run stay.
 
     The MERGE condition names the run_id partition as a literal, so Delta reads (and checks for
     conflicts) only this run's partition: concurrent runs merging their own rows do not conflict.
@@ -68,9 +76,11 @@ def _write_run_row(spark: SparkSession, warehouse: str, row: dict) -> None:
     """
     from delta.tables import DeltaTable
 
-    df = spark.createDataFrame([row], schema=tables.RUNS)
+    if not rows:
+        return
+    [run_id] = {validate_run_id(row["run_id"]) for row in rows}
+    df = spark.createDataFrame(rows, schema=tables.RUNS)
     path = tables.table_path(warehouse, "runs")
-    run_id = validate_run_id(row["run_id"])
 
     def create_if_missing() -> None:
         # an empty append creates the table once; appending nothing to an existing table is harmless,
@@ -88,4 +98,5 @@ def _write_run_row(spark: SparkSession, warehouse: str, row: dict) -> None:
         )
 
     tables.with_conflict_retries(create_if_missing, "runs [create]")
-    tables.with_conflict_retries(merge, f"runs [run_id = '{run_id}' AND job = '{row['job']}']")
+    jobs = ", ".join(row["job"] for row in rows)
+    tables.with_conflict_retries(merge, f"runs [run_id = '{run_id}' AND job IN ({jobs})]")

@@ -36,7 +36,8 @@ class Stage:
         print(f"[{_now()}] {self.name}: start (run_id={ctx.run_id}, dataset={ctx.dataset})", flush=True)
         t0 = time.perf_counter()
         try:
-            result = self.module.run(ctx)
+            with ctx.batched_runs():
+                result = self.module.run(ctx)
         except Exception:
             print(f"[{_now()}] {self.name}: failed after {time.perf_counter() - t0:.1f} s", flush=True)
             raise
