@@ -306,10 +306,16 @@ def _add_missing_columns(spark: SparkSession, path: str, name: str) -> None:
 
 
 def _slice_predicate(keys: dict[str, str], log_dates: Sequence[date | None] | None = None) -> str:
-    parts = [f"{col} = '{validate_run_id(value)}'" for col, value in keys.items()]
+    # a tuple of values: several slices replaced in one commit (every model of a stage)
+    parts = [f"{col} IN ({', '.join(map(_quoted, value))})" if isinstance(value, tuple)
+             else f"{col} = {_quoted(value)}" for col, value in keys.items()]
     if log_dates is not None:
         parts.append(log_date_predicate(log_dates))
     return " AND ".join(parts)
+
+
+def _quoted(value: str) -> str:
+    return f"'{validate_run_id(value)}'"
 
 
 def log_date_predicate(log_dates: Sequence[date | None]) -> str:

@@ -170,7 +170,7 @@ def test_fit_predict_evaluate_and_report_see_only_the_window(spark, warehouse, t
 
     window = {"start": "2026-11-02", "end": "2026-11-03"}
     details = _details(spark, warehouse, run_id)
-    assert {job: d["window"] for job, d in details.items()} == {"fit:pbm": window, "predict:pbm": window,
+    assert {job: d["window"] for job, d in details.items()} == {"fit:pbm": window, "predict": window,
                                                                 "evaluate": window}
     assert "Window: log_date 2026-11-02 to 2026-11-03 (both inclusive)" in build_report(
         spark, warehouse, run_id, "days", ["pbm"], [1])

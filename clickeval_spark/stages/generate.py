@@ -21,16 +21,24 @@ def run(ctx: StageContext) -> dict[str, int]:
     serps = ctx.serps((gcfg.split,))
     params = ctx.read("model_params")
     written = {}
-    for name in ctx.cfg.generator_models:
+    names = tuple(ctx.cfg.generator_models)
+    if names:
         t0 = time.perf_counter()
-        with ctx.record(f"generate:{name}") as run:
-            fitted = load_fitted(params, name, ctx.run_id, ctx.cfg.fit.max_rank)
-            parts = [generate(serps, fitted, name, samples=gcfg.samples, click_mode=mode,
-                              list_orders=gcfg.list_orders, seed=gcfg.seed)
-                     for mode in gcfg.click_modes]
+        # every fitted generator's rows in one write and one commit: the sampling is the cheap part
+        with ctx.record("generate") as run:
+            parts = []
+            for name in names:
+                fitted = load_fitted(params, name, ctx.run_id, ctx.cfg.fit.max_rank)
+                parts += [generate(serps, fitted, name, samples=gcfg.samples, click_mode=mode,
+                                   list_orders=gcfg.list_orders, seed=gcfg.seed)
+                          for mode in gcfg.click_modes]
             rows = reduce(DataFrame.unionByName, parts).select(F.lit(ctx.run_id).alias("run_id"), "*")
-            written[name] = run.counts["synthetic_serps"] = _write_sequences(ctx, rows, name)
-        print(f"generate {name}: {written[name]} synthetic SERPs "
+            ctx.write(rows, "synthetic_serps", {"run_id": ctx.run_id, "generator_model": names})
+            counted = dict(ctx.this_run("synthetic_serps").where(F.col("generator_model").isin(*names))
+                           .groupBy("generator_model").count().collect())
+            for name in names:
+                written[name] = run.counts[f"synthetic_serps:{name}"] = counted.get(name, 0)
+        print(f"generate: {sum(written.values())} synthetic SERPs from {len(names)} generator(s) "
               f"({len(gcfg.click_modes)} click mode(s) x {len(gcfg.list_orders)} list order(s)), "
               f"{time.perf_counter() - t0:.1f} s")
     for ext in gcfg.external:

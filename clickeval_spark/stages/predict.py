@@ -5,11 +5,13 @@ Scores cover every shown or judged (query, doc) pair."""
 from __future__ import annotations
 
 import math
+from functools import reduce
 
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from clickeval_spark.context import StageContext
-from clickeval_spark.metrics.click_prediction import log_likelihood_by_split
+from clickeval_spark.metrics.click_prediction import log_likelihood_by_model
 from clickeval_spark.models.params_io import load_fitted
 
 
@@ -17,27 +19,34 @@ def run(ctx: StageContext) -> dict[str, dict[str, float]]:
     cfg = ctx.cfg
     serps = ctx.serps(tuple(dict.fromkeys(("train", *cfg.predict.splits))))
     params = ctx.read("model_params")
-    lls = {}
-    for name in cfg.fit.models:
-        keys = {"run_id": ctx.run_id, "model": name}
-        with ctx.record(f"predict:{name}") as run:
-            fitted = load_fitted(params, name, ctx.run_id, cfg.fit.max_rank)
-            preds = fitted.predict(serps).select(F.lit(ctx.run_id).alias("run_id"), F.lit(name).alias("model"), "*")
-            ctx.write(preds, "click_predictions", keys)
-            if fitted.model.qd_params:
-                shown = serps.select("query_id", F.explode("doc_ids").alias("doc_id"))
-                labels = ctx.labels()
-                if labels is not None:
-                    # labelled SERPs need a score for every judged doc, seen in training or not
-                    shown = shown.unionByName(labels.select("query_id", "doc_id"))
-                scores = fitted.relevance(pairs=shown).select(
-                    F.lit(ctx.run_id).alias("run_id"), F.lit(name).alias("model"), "*")
-                ctx.write(scores, "relevance_scores", keys)
-            else:  # GCTR / RCTR give every document the same score: no ranking to evaluate
-                run.details["relevance_scores"] = "none: the model has no per-(query, doc) parameter"
-            lls[name] = log_likelihood_by_split(ctx.this_run("click_predictions", model=name))
-            run.details["log_likelihood"] = lls[name]
-            run.counts["serps_predicted"] = ctx.rows_written("click_predictions", keys)
+    names = tuple(cfg.fit.models)
+
+    def tagged(name: str, rows: DataFrame) -> DataFrame:
+        return rows.select(F.lit(ctx.run_id).alias("run_id"), F.lit(name).alias("model"), "*")
+
+    # every model's rows in one write per table (one job and one commit, not one per model)
+    with ctx.record("predict") as run:
+        fitted = {name: load_fitted(params, name, ctx.run_id, cfg.fit.max_rank) for name in names}
+        preds = reduce(DataFrame.unionByName, [tagged(name, f.predict(serps)) for name, f in fitted.items()])
+        ctx.write(preds, "click_predictions", {"run_id": ctx.run_id, "model": names})
+        ranked = tuple(name for name, f in fitted.items() if f.model.qd_params)
+        if ranked:
+            shown = serps.select("query_id", F.explode("doc_ids").alias("doc_id"))
+            labels = ctx.labels()
+            if labels is not None:
+                # labelled SERPs need a score for every judged doc, seen in training or not
+                shown = shown.unionByName(labels.select("query_id", "doc_id"))
+            scores = reduce(DataFrame.unionByName, [tagged(name, fitted[name].relevance(pairs=shown))
+                                                    for name in ranked])
+            ctx.write(scores, "relevance_scores", {"run_id": ctx.run_id, "model": ranked})
+        # GCTR / RCTR give every document the same score: no ranking to evaluate
+        run.details["relevance_scores"] = {name: name in ranked for name in names}
+        stats = log_likelihood_by_model(ctx.this_run("click_predictions").where(F.col("model").isin(*names)))
+        lls = {name: stats.get(name, ({}, 0))[0] for name in names}
+        run.details["log_likelihood"] = lls
+        for name in names:
+            run.counts[f"serps_predicted:{name}"] = stats.get(name, ({}, 0))[1]
+    for name in names:
         print(f"predict {name}: " + ", ".join(f"LL[{s}]={v:.4f}" for s, v in sorted(lls[name].items())
                                                if not math.isnan(v)))
     return lls
