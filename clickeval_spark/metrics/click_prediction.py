@@ -106,22 +106,22 @@ def session_stats(predictions: DataFrame, sessions: DataFrame, max_rank: int, ep
     )
 
 
-def _serp_ll(eps: float):
+def _ll_per_position(eps: float) -> Column:
+    """Aggregate: mean per-position log-likelihood of p_click_cond (DESIGN §5 LL) over the group's SERPs."""
     terms = F.zip_with("p_click_cond", "clicks", lambda p, c: log_lik(clipped(p, eps), c))
-    return F.aggregate(terms, F.lit(0.0), lambda acc, x: acc + x)
+    serp_ll = F.aggregate(terms, F.lit(0.0), lambda acc, x: acc + x)
+    return (F.sum(serp_ll) / F.sum(F.size("p_click_cond"))).alias("ll")
 
 
 def log_likelihood_by_split(predictions: DataFrame, eps: float = 1e-6) -> dict[str, float]:
     """Mean per-position log-likelihood of p_click_cond (DESIGN §5 LL), per split: a small global aggregate."""
-    return {r["split"]: r["ll"] for r in predictions.groupBy("split")
-            .agg((F.sum(_serp_ll(eps)) / F.sum(F.size("p_click_cond"))).alias("ll")).collect()}
+    return {r["split"]: r["ll"] for r in predictions.groupBy("split").agg(_ll_per_position(eps)).collect()}
 
 
 def log_likelihood_by_model(predictions: DataFrame, eps: float = 1e-6) -> dict[str, tuple[dict[str, float], int]]:
     """Per model: (`log_likelihood_by_split`'s numbers, its SERP count), in one aggregate over every model."""
     out: dict[str, tuple[dict[str, float], int]] = {}
-    for r in (predictions.groupBy("model", "split")
-              .agg((F.sum(_serp_ll(eps)) / F.sum(F.size("p_click_cond"))).alias("ll"), F.count("*").alias("n"))
+    for r in (predictions.groupBy("model", "split").agg(_ll_per_position(eps), F.count("*").alias("n"))
               .collect()):
         by_split, n = out.get(r["model"], ({}, 0))
         out[r["model"]] = ({**by_split, r["split"]: r["ll"]}, n + r["n"])

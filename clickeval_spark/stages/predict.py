@@ -42,10 +42,10 @@ def run(ctx: StageContext) -> dict[str, dict[str, float]]:
         # GCTR / RCTR give every document the same score: no ranking to evaluate
         run.details["relevance_scores"] = {name: name in ranked for name in names}
         stats = log_likelihood_by_model(ctx.this_run("click_predictions").where(F.col("model").isin(*names)))
-        lls = {name: stats.get(name, ({}, 0))[0] for name in names}
-        run.details["log_likelihood"] = lls
+        lls = {}
         for name in names:
-            run.counts[f"serps_predicted:{name}"] = stats.get(name, ({}, 0))[1]
+            lls[name], run.counts[f"serps_predicted:{name}"] = stats.get(name, ({}, 0))
+        run.details["log_likelihood"] = lls
     for name in names:
         print(f"predict {name}: " + ", ".join(f"LL[{s}]={v:.4f}" for s, v in sorted(lls[name].items())
                                                if not math.isnan(v)))
