@@ -59,7 +59,7 @@ def run_sql(ctx: StageContext, args: argparse.Namespace) -> None:
 # verb -> what it runs; the stages come from the registry
 COMMANDS: dict[str, Callable[[StageContext, argparse.Namespace], object]] = {
     **{name: (lambda ctx, args, stage=stage: stage(ctx)) for name, stage in STAGES.items()},
-    "run": lambda ctx, args: run_pipeline(ctx),
+    "run": lambda ctx, args: run_pipeline(ctx, args.start),
     "tables": list_tables,
     "sql": run_sql,
 }
@@ -79,8 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for name, stage in STAGES.items():
         verbs.add_parser(name, parents=[common], help=stage.summary, description=stage.summary)
-    verbs.add_parser("run", aliases=list(ALIASES), parents=[common],
-                     help="every stage in order in one session (the main job)")
+    run = verbs.add_parser("run", aliases=list(ALIASES), parents=[common],
+                           help="every stage in order in one session (the main job)")
+    run.add_argument("--from", dest="start", choices=list(STAGES), metavar="STAGE",
+                     help="start at this stage, reading what the earlier stages wrote for the same "
+                          f"--run-id (one of {', '.join(STAGES)})")
     verbs.add_parser("tables", parents=[common], help="row count, Delta version and last write of every table")
     sql = verbs.add_parser("sql", parents=[common], help="a read-only Spark SQL query over the tables")
     sql.add_argument("query", help="a Spark SQL query, e.g. \"SELECT model, value FROM metrics WHERE metric = 'LL'\"")

@@ -70,3 +70,28 @@ def test_the_cli_offers_every_registered_stage_and_refuses_an_unknown_verb(capsy
     with pytest.raises(SystemExit) as exc:
         cli.main(["fitt"])
     assert exc.value.code == 2 and "invalid choice: 'fitt'" in capsys.readouterr().err
+
+
+def test_run_from_a_stage_runs_that_stage_and_the_ones_after_it_in_order(monkeypatch, tmp_path, capsys):
+    """`clickeval run --from fit` resumes a run: ingest is not run, every later stage is, in registry order;
+    a name that is not a stage is refused by the parser."""
+    from types import SimpleNamespace
+
+    from clickeval_spark import stages
+
+    ran = []
+    fake = {name: (lambda ctx, name=name: ran.append(name)) for name in stages.STAGES if name != "evaluate"}
+    monkeypatch.setattr(stages, "STAGES", fake)
+    ctx = SimpleNamespace(run_id="r", warehouse="wh")
+    stages.run_pipeline(ctx, "generate")
+    assert ran == ["generate", "surrogate", "report"]
+    ran.clear()
+    stages.run_pipeline(ctx)
+    assert ran == list(fake)
+
+    from clickeval_spark import cli
+    args = cli.build_parser().parse_args(["pipeline", "--from", "predict"])
+    assert (args.verb, args.start) == ("pipeline", "predict")
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["run", "--from", "ingst"])
+    assert "invalid choice: 'ingst'" in capsys.readouterr().err

@@ -53,9 +53,11 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in
                             map(Stage, (ingest, fit, predict, evaluate, generate, surrogate, report))}
 
 
-def run_pipeline(ctx: StageContext) -> dict[str, Any]:
-    """The main job: every stage in order in one session; ends with the metrics table and the report's path."""
-    results = {name: stage(ctx) for name, stage in STAGES.items()}
+def run_pipeline(ctx: StageContext, start: str | None = None) -> dict[str, Any]:
+    """The main job: every stage in order in one session (from `start` on, to resume a run whose earlier
+    stages have written their tables); ends with the metrics table and the report's path."""
+    names = list(STAGES)
+    results = {name: STAGES[name](ctx) for name in names[names.index(start) if start else 0:]}
     print(f"\npipeline done: run_id={ctx.run_id}, tables under {ctx.warehouse}")
     if "evaluate" in results:
         rows = ctx.this_run("metrics", dataset=ctx.dataset).collect()

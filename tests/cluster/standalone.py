@@ -80,7 +80,7 @@ def tail(path: Path, lines: int = 60) -> str:
 
 @dataclass
 class Submission:
-    stage: str
+    job: str
     returncode: int
     seconds: float
     log: Path
@@ -120,13 +120,13 @@ class StandaloneCluster:
         for proc, log in started:
             _wait_for_line(proc, log, r"Successfully registered with master", timeout)
 
-    def submit(self, dist: Path, stage: str, job_args: list[str], *, cwd: Path, timeout: float = 900) -> Submission:
-        """deploy/cluster/submit.sh for one stage, plus what this cluster's shape needs: the driver on
-        loopback, executors within the workers' memory, no UI ports, and no 3 s wait per task for a
-        "better" executor when every executor is on the same host."""
-        log = self.root / f"submit-{stage}.log"
+    def submit(self, dist: Path, job: str, job_args: list[str], *, cwd: Path, timeout: float = 900) -> Submission:
+        """deploy/cluster/submit.sh for one job (a stage, or `pipeline`), plus what this cluster's shape
+        needs: the driver on loopback, executors within the workers' memory, no UI ports, and no 3 s wait
+        per task for a "better" executor when every executor is on the same host."""
+        log = self.root / f"submit-{job}.log"
         cmd = [
-            "bash", str(SUBMIT_SH), stage, "--master", self.master_url,
+            "bash", str(SUBMIT_SH), job, "--master", self.master_url,
             "--driver-memory", "1g",
             "--conf", "spark.driver.host=127.0.0.1",
             "--conf", "spark.driver.bindAddress=127.0.0.1",
@@ -142,7 +142,7 @@ class StandaloneCluster:
         with log.open("wb") as out:
             proc = subprocess.run(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out,
                                   stderr=subprocess.STDOUT, timeout=timeout)
-        return Submission(stage, proc.returncode, time.monotonic() - t0, log)
+        return Submission(job, proc.returncode, time.monotonic() - t0, log)
 
     def stop(self, grace: float = 30) -> None:
         """Workers first (each stops its executors), then the master; SIGKILL what is left after
