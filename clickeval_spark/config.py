@@ -361,16 +361,12 @@ class SurrogateConfig:
     # the same for every generator of a run
     iterations: int = 10
     eps: float = 1e-6
-    # surrogate fits run concurrently (Spark jobs from threads); results do not depend on it
-    parallelism: int = 3
 
     def __post_init__(self) -> None:
         if self.model not in MODEL_NAMES:
             raise ConfigError(f"surrogate.model: {self.model!r} is not allowed; allowed: {list(MODEL_NAMES)}")
         if self.iterations < 1:
             raise ConfigError("surrogate.iterations: must be >= 1")
-        if self.parallelism < 1:
-            raise ConfigError("surrogate.parallelism: must be >= 1")
 
 
 @dataclass(frozen=True)

@@ -3,24 +3,23 @@
 Reverse PPL: a surrogate click model fitted on the generator's synthetic sequences,
 scored (total PPL) on the real test SERPs. Forward PPL: the surrogate fitted on the
 real test SERPs, scored on the synthetic sequences. The surrogate's model and EM
-iterations are the same for every generator of a run.
+iterations are the same for every generator of a run. The stage (stages/surrogate.py)
+fits every surrogate in one packed log and takes Reverse PPL from the fits' own final
+pass; `perplexities` is the same number by SQL over click predictions.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from clickeval_spark.metrics.bootstrap import SCALE
 from clickeval_spark.metrics.click_prediction import serp_stats
-from clickeval_spark.models.base import ClickModel
-from clickeval_spark.models.priors import ModelPrior
 from clickeval_spark.models.fitted import FittedModel
-from clickeval_spark.models.spark_em import fit
 
 
 @dataclass(frozen=True)
@@ -29,36 +28,34 @@ class Perplexity:
     at_rank: tuple[float, ...]  # PPL@1..M (NaN where no SERP reaches the rank)
     n_serps: int
 
+    @classmethod
+    def from_sums(cls, n: Sequence[float], ln: Sequence[float]) -> "Perplexity":
+        """From per-rank position counts and summed ln P(observed click) under p_click."""
+        at_rank = tuple(math.exp(-float(l_) / float(n_)) if n_ else math.nan for n_, l_ in zip(n, ln))
+        present = [v for v in at_rank if not math.isnan(v)]
+        return cls(sum(present) / len(present) if present else math.nan, at_rank, int(n[0]) if len(n) else 0)
 
-def perplexity(serps: DataFrame, fitted: FittedModel, eps: float = 1e-6) -> Perplexity:
-    """Classic click-model perplexity of `fitted` on `serps` (unconditional p_click), per rank and total.
 
-    Sums are fixed-point (exact, order-free); one row of per-rank sums reaches the driver.
+def perplexities(serps: DataFrame, fitted: FittedModel, eps: float = 1e-6,
+                 label: Column | None = None) -> dict[str, Perplexity]:
+    """Classic click-model perplexity of `fitted` (unconditional p_click) on `serps`, per rank and total, for
+    each value of the string column `label` (default: one group, "all"): one Spark job for them all.
+
+    Sums are fixed-point (exact, order-free); one row of per-rank sums per label reaches the driver.
     """
     M = fitted.max_rank
-    stats = serp_stats(fitted.predict(serps).withColumn("model", F.lit(fitted.model.name)), M, eps)
-    sums = stats.agg(*[F.sum(f"{c}_{t}").alias(f"{c}_{t}") for t in range(1, M + 1)
-                       for c in ("n", "ln_uncond")]).first()
-    at_rank = tuple(math.exp(-sums[f"ln_uncond_{t}"] / SCALE / sums[f"n_{t}"]) if sums[f"n_{t}"] else math.nan
-                    for t in range(1, M + 1))
-    present = [v for v in at_rank if not math.isnan(v)]
-    n_serps = int(sums["n_1"] or 0)
-    return Perplexity(sum(present) / len(present) if present else math.nan, at_rank, n_serps)
+    # predict carries dataset, split and serp_id through: the label rides in split
+    labelled = serps.withColumn("split", F.lit("all") if label is None else label)
+    stats = serp_stats(fitted.predict(labelled).withColumn("model", F.lit(fitted.model.name)), M, eps)
+    rows = stats.groupBy("split").agg(*[F.sum(f"{c}_{t}").alias(f"{c}_{t}") for t in range(1, M + 1)
+                                        for c in ("n", "ln_uncond")]).collect()
+    return {r["split"]: Perplexity.from_sums([r[f"n_{t}"] for t in range(1, M + 1)],
+                                             [r[f"ln_uncond_{t}"] / SCALE for t in range(1, M + 1)]) for r in rows}
 
 
-def fit_surrogate(serps: DataFrame, surrogate: ClickModel, iterations: int, max_rank: int,
-                  logger: logging.Logger | None = None, prior: ModelPrior | None = None) -> FittedModel:
-    """The surrogate: a fixed number of passes and one prior for every generator (no held-out
-    SERPs here, so `k: auto` means priors.DEFAULT_K): the same capacity whatever it is fitted on."""
-    return fit(serps, surrogate, iterations=iterations, max_rank=max_rank, logger=logger, prior=prior)
-
-
-def coverage(real: DataFrame, synthetic: DataFrame, on_real: FittedModel, surrogate: ClickModel,
-             iterations: int, max_rank: int, eps: float, logger: logging.Logger | None = None,
-             prior: ModelPrior | None = None) -> tuple[Perplexity, Perplexity]:
-    """(Reverse, Forward) perplexity of one generator's synthetic sequences against the real SERPs."""
-    on_synthetic = fit_surrogate(synthetic, surrogate, iterations, max_rank, logger, prior)
-    return perplexity(real, on_synthetic, eps), perplexity(synthetic, on_real, eps)
+def perplexity(serps: DataFrame, fitted: FittedModel, eps: float = 1e-6) -> Perplexity:
+    """`perplexities` of all of `serps` as one group."""
+    return perplexities(serps, fitted, eps).get("all", Perplexity(math.nan, (math.nan,) * fitted.max_rank, 0))
 
 
 def coverage_row(run_id: str, dataset: str, generator: str, surrogate: str, surrogate_iterations: int,

@@ -14,17 +14,23 @@ n_blocks), each block one row of numpy arrays in binary columns:
                   values and the num / den of the last E-step (null = the start, all 0.5)
     stats binary  float64 vector: per candidate, the block's sums of the last pass (see `stats_layout`)
 
+A packed log may hold several independent logs ("groups": the surrogate stage's real log and
+every generator's sequences), each in its own consecutive range of blocks, packed exactly as
+it would be alone. A candidate fit belongs to one group: a block runs only its own group's
+candidates and keeps only their state, and the other candidates' sums from it are zeros, so
+dozens of small fits share one pack and one Spark job per pass.
+
 An EM iteration is then one narrow Spark stage (`mapInArrow`, no shuffle, no join,
 no Python call per SERP): each task decodes its block, runs the model's E-step
 over it in slices, does the M-step of the block's own qd parameters in place and
 returns the block with its new state and a few hundred global sums. Several candidate
-fits (one per prior strength of `k: auto`) share each pass: one Spark job, C E-steps. Only those
+fits (one per prior strength of `k: auto`, one per group) share each pass: one Spark job. Only those
 sums reach the driver, which adds them up in block order and hands the new global
 parameters to the next iteration. This is the blocked layout Spark MLlib's ALS
 uses for the same reason (per-key state that never needs a shuffle).
 
 Determinism: a block's SERPs are sorted by serp_id, its pairs by (query_id,
-doc_id), and the block count depends only on the number of SERPs and
+doc_id), and a group's block count depends only on its number of SERPs and
 ``block_serps``. Every sum is taken in that fixed order, so the fitted parameters
 are a function of the data and the config alone: bit-identical on any number of
 partitions, shuffle partitions or executors.
@@ -40,7 +46,7 @@ from typing import Iterator, Mapping
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -152,15 +158,40 @@ def pack_block(pdf: pd.DataFrame, M: int) -> tuple[bytes, bytes]:
     return encode_data(clicks, pair, len(n_obs), n_train), encode_keys(qs, ds, n_obs)
 
 
+@dataclass(frozen=True)
+class BlockGroup:
+    """One independent log of a packed log: blocks first_block .. first_block + n_blocks - 1."""
+
+    first_block: int
+    n_blocks: int
+    n_serps: int        # training SERPs
+    n_held_out: int = 0
+
+
 @dataclass
 class PackedLog:
-    """A training log (and optionally its held-out SERPs) packed into query blocks (cached until `unpersist`)."""
+    """A training log (and optionally its held-out SERPs) packed into query blocks (cached until `unpersist`);
+    or several independent logs, one `BlockGroup` each."""
 
-    blocks: DataFrame   # BLOCK_SCHEMA rows, state and stats null; one block per partition
+    blocks: DataFrame   # BLOCK_SCHEMA rows, state and stats null
     max_rank: int
-    n_serps: int        # training SERPs
-    n_blocks: int
-    n_held_out: int = 0
+    groups: tuple[BlockGroup, ...]
+
+    @property
+    def n_serps(self) -> int:
+        return sum(g.n_serps for g in self.groups)
+
+    @property
+    def n_held_out(self) -> int:
+        return sum(g.n_held_out for g in self.groups)
+
+    @property
+    def n_blocks(self) -> int:
+        return sum(g.n_blocks for g in self.groups)
+
+    @property
+    def first_blocks(self) -> tuple[int, ...]:
+        return tuple(g.first_block for g in self.groups)
 
     def unpersist(self) -> None:
         self.blocks.unpersist()
@@ -191,33 +222,53 @@ def checkpointed(df: DataFrame, *, keep_cached: bool = False) -> DataFrame:
 
 
 def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None) -> PackedLog:
-    """Pack SERPs (serp_id, query_id, doc_ids, clicks, optional held_out; lists already cut to ``max_rank``).
+    """Pack SERPs (serp_id, query_id, doc_ids, clicks, optional held_out and group; lists already cut to
+    ``max_rank``).
 
     Held-out SERPs (``held_out`` true: the valid split) are packed beside the
     training SERPs of their query, so a fit scores them in the same pass.
+    ``group`` (int 0..G-1, default 0) packs G independent logs side by side, each
+    into the blocks it would get alone; serp_id must be unique within a group.
     """
     M = int(max_rank)
     if "held_out" not in prep.columns:
         prep = prep.withColumn("held_out", F.lit(False))
-    counts = prep.groupBy().agg(F.count(F.lit(1)).alias("all"),
-                                F.count(F.when(F.col("held_out"), 1)).alias("held_out")).first()
-    n_serps, n_held_out = int(counts["all"]) - int(counts["held_out"]), int(counts["held_out"])
-    n_blocks = n_blocks_for(n_serps + n_held_out, block_serps)
+    if "group" not in prep.columns:
+        prep = prep.withColumn("group", F.lit(0))
+    # one row per group: the surrogate's few dozen logs at most
+    counts = {int(r["group"]): (int(r["all"]) - int(r["held_out"]), int(r["held_out"])) for r in
+              prep.groupBy("group").agg(F.count(F.lit(1)).alias("all"),
+                                        F.count(F.when(F.col("held_out"), 1)).alias("held_out")).collect()}
+    if sorted(counts) != list(range(len(counts))):
+        raise ValueError(f"pack_log: groups must be 0..G-1 with SERPs in each, got {sorted(counts)}")
+    groups, first = [], 0
+    for g in range(max(len(counts), 1)):
+        n_serps, n_held_out = counts.get(g, (0, 0))
+        n = n_blocks_for(n_serps + n_held_out, block_serps)
+        groups.append(BlockGroup(first, n, n_serps, n_held_out))
+        first += n
+    n_blocks = first
 
     def pack(key, pdf: pd.DataFrame) -> pd.DataFrame:
         data, keys = pack_block(pdf, M)
         return pd.DataFrame({"block": [int(key[0])], "data": [data],
                              "keys": [keys], "state": [None], "stats": [None]})
 
-    block_of = F.pmod(F.xxhash64(F.lit("clickeval-block"), F.col("query_id")), F.lit(n_blocks)).cast("int")
+    def lookup(values: list[int]) -> Column:
+        return F.element_at(F.array(*[F.lit(v) for v in values]), F.col("group") + 1)
+
+    block_of = (lookup([g.first_block for g in groups])
+                + F.pmod(F.xxhash64(F.lit("clickeval-block"), F.col("query_id")), lookup([g.n_blocks for g in groups])))
+    # one block per task when alone; with groups, as many tasks as the whole log would get blocks
+    n_tasks = n_blocks if len(groups) == 1 else n_blocks_for(sum(map(sum, counts.values())), block_serps)
     blocks = (
-        prep.select("serp_id", "query_id", "doc_ids", "clicks", "held_out", block_of.alias("block"))
+        prep.select("serp_id", "query_id", "doc_ids", "clicks", "held_out", block_of.cast("int").alias("block"))
         .groupBy("block").applyInPandas(pack, BLOCK_SCHEMA)
-        # one block per task in every iteration: range partitioning on the block number
-        .repartitionByRange(n_blocks, "block")
+        # range partitioning on the block number: a task's blocks are consecutive
+        .repartitionByRange(n_tasks, "block")
     )
     blocks = checkpointed(blocks, keep_cached=True)
-    return PackedLog(blocks=blocks, max_rank=M, n_serps=n_serps, n_blocks=n_blocks, n_held_out=n_held_out)
+    return PackedLog(blocks=blocks, max_rank=M, groups=tuple(groups))
 
 
 # ---------------------------------------------------------------------------
@@ -230,10 +281,13 @@ def stats_layout(model: ClickModel, M: int) -> list[tuple[str, int]]:
     ll: summed per-SERP log-likelihood of the training SERPs under the pass's
     parameters; n: their count; ll_valid / n_valid: summed log-likelihood and
     position count of the held-out (valid) SERPs; lp: log prior density of the
-    block's qd values; pool_<p>: pooled (num, den) of qd parameter p;
-    <global>: (num..., den...) of each global parameter, flattened.
+    block's qd values; ppl_n / ppl_ln: per rank, the held-out SERPs reaching it and
+    their summed ln P(observed click) under the unconditional click probability
+    (perplexity's terms; only in a pass given ``ppl_eps``); pool_<p>: pooled
+    (num, den) of qd parameter p; <global>: (num..., den...) of each global
+    parameter, flattened.
     """
-    layout = [("ll", 1), ("n", 1), ("ll_valid", 1), ("n_valid", 1), ("lp", 1)]
+    layout = [("ll", 1), ("n", 1), ("ll_valid", 1), ("n_valid", 1), ("lp", 1), ("ppl_n", M), ("ppl_ln", M)]
     layout += [(f"pool_{p}", 2) for p in model.qd_params]
     layout += [(name, 2 * int(np.prod(shape))) for name, shape in sorted(model.global_shapes(M).items())]
     return layout
@@ -249,7 +303,7 @@ def split_stats(model: ClickModel, M: int, vec: np.ndarray) -> dict[str, np.ndar
 
 def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray, pair: np.ndarray,
              n_pairs: int, state: np.ndarray | None, update: tuple[np.ndarray, np.ndarray] | None = None, *,
-             n_train: int | None = None, estep: bool = True,
+             n_train: int | None = None, estep: bool = True, ppl_eps: float | None = None,
              slice_rows: int = SLICE_ROWS) -> tuple[np.ndarray, np.ndarray]:
     """One EM pass over a block: the qd M-step of the last E-step, then the LL and a new E-step.
 
@@ -263,7 +317,9 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
 
     The first ``n_train`` SERPs (default all) are training data: they give the
     E-step's sums and the training LL. The rest are held out (the valid split):
-    scored only. With ``estep`` False nothing new is estimated.
+    scored only; with ``ppl_eps`` also by unconditional click probability per
+    rank, clipped to [ppl_eps, 1 - ppl_eps] (perplexity, DESIGN §5). With
+    ``estep`` False nothing new is estimated.
     Returns (new state, stats vector in `stats_layout` order).
     """
     B, M = clicks.shape
@@ -288,6 +344,7 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
     g_num = {k_: np.zeros(s) for k_, s in shapes.items()}
     g_den = {k_: np.zeros(s) for k_, s in shapes.items()}
     ll = ll_valid = 0.0
+    ppl_n, ppl_ln = np.zeros(M), np.zeros(M)
     # training slices, then held-out slices: a slice never mixes the two
     bounds = [(lo, min(lo + slice_rows, n_train)) for lo in range(0, n_train, slice_rows)]
     bounds += [(lo, min(lo + slice_rows, B)) for lo in range(n_train, B, slice_rows)]
@@ -297,6 +354,11 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
         part = float(log_likelihood(model.cond_probs(qd, g, c, m_), c, m_).sum())
         if lo >= n_train:
             ll_valid += part
+            if ppl_eps is not None:
+                p = np.clip(model.click_probs(qd, g, m_), ppl_eps, 1 - ppl_eps)
+                # log(1 - p), not log1p: the same terms as the SQL perplexity (click_prediction.log_lik)
+                ppl_ln += np.where(m_, np.where(c == 1, np.log(p), np.log(1.0 - p)), 0.0).sum(axis=0)
+                ppl_n += m_.sum(axis=0)
             continue
         ll += part
         if not estep:
@@ -314,7 +376,7 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
     if not estep:
         qd_num, qd_den = num_prev, den_prev
     new_state = np.stack([values, qd_num, qd_den])
-    parts = [np.array([ll, float(n_train), ll_valid, float(mask[n_train:].sum()), lp])]
+    parts = [np.array([ll, float(n_train), ll_valid, float(mask[n_train:].sum()), lp]), ppl_n, ppl_ln]
     parts += [np.array([qd_num[j].sum(), qd_den[j].sum()]) for j in range(P)]
     parts += [np.concatenate([g_num[k_].ravel(), g_den[k_].ravel()]) for k_ in shapes]
     return new_state, np.concatenate(parts)
@@ -330,36 +392,49 @@ class PassPlan:
 
     mode: "step" (M-step of ``update``, LL, E-step), "score" (M-step, LL only:
     the final pass) or "hold" (converged: state kept, nothing computed).
+    group: the packed log's group the candidate is fitted on (`BlockGroup`).
+    ppl_eps: also score the held-out SERPs' perplexity terms (`em_block`).
     """
 
     mode: str
     g: Mapping[str, np.ndarray]
     update: tuple[np.ndarray, np.ndarray] | None
+    group: int = 0
+    ppl_eps: float | None = None
 
 
-def _iteration_fn(model: ClickModel, plans: list[PassPlan]):
+def _lanes(plans: list[PassPlan], n_groups: int) -> list[list[int]]:
+    """Per group, the indices of its candidates: the order of their state slots in the group's blocks."""
+    return [[c for c, plan in enumerate(plans) if plan.group == g] for g in range(n_groups)]
+
+
+def _iteration_fn(model: ClickModel, plans: list[PassPlan], first_blocks: tuple[int, ...]):
     P = len(model.qd_params)
-    plans = [PassPlan(p.mode, {k: np.asarray(v, dtype=np.float64) for k, v in p.g.items()}, p.update)
-             for p in plans]
+    plans = [PassPlan(p.mode, {k: np.asarray(v, dtype=np.float64) for k, v in p.g.items()}, p.update, p.group,
+                      p.ppl_eps) for p in plans]
     C = len(plans)
+    lanes = _lanes(plans, len(first_blocks))
+    starts = np.asarray(first_blocks)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             states, stats = [], []
             data_col, state_col = batch.column("data"), batch.column("state")
-            for i in range(batch.num_rows):
+            for i, block in enumerate(batch.column("block").to_pylist()):
+                mine = lanes[int(np.searchsorted(starts, block, side="right")) - 1]
                 clicks, pair, n_pairs, n_train = decode_data(data_col[i].as_buffer())
                 old = state_col[i]
-                state = decode_state(old.as_buffer() if old.is_valid else None, C, P, n_pairs)
+                state = decode_state(old.as_buffer() if old.is_valid else None, len(mine), P, n_pairs)
                 size = sum(n for _, n in stats_layout(model, clicks.shape[1]))
-                new, vec = np.empty((C, 3, P, n_pairs)), np.zeros(C * size)
-                for c, plan in enumerate(plans):
+                new, vec = np.empty((len(mine), 3, P, n_pairs)), np.zeros(C * size)
+                for slot, c in enumerate(mine):
+                    plan = plans[c]
                     if plan.mode == "hold":   # only after a first pass: the state exists
-                        new[c] = state[c]
+                        new[slot] = state[slot]
                         continue
-                    new[c], vec[c * size:(c + 1) * size] = em_block(
-                        model, plan.g, clicks, pair, n_pairs, None if state is None else state[c], plan.update,
-                        n_train=n_train, estep=plan.mode == "step")
+                    new[slot], vec[c * size:(c + 1) * size] = em_block(
+                        model, plan.g, clicks, pair, n_pairs, None if state is None else state[slot], plan.update,
+                        n_train=n_train, estep=plan.mode == "step", ppl_eps=plan.ppl_eps)
                 stats.append(vec.tobytes())
                 states.append(new.tobytes())
             yield pa.RecordBatch.from_arrays(
@@ -370,8 +445,8 @@ def _iteration_fn(model: ClickModel, plans: list[PassPlan]):
     return run
 
 
-def run_iteration(blocks: DataFrame, model: ClickModel, plans: list[PassPlan],
-                  M: int) -> tuple[DataFrame, list[dict[str, np.ndarray] | None]]:
+def run_iteration(blocks: DataFrame, model: ClickModel, plans: list[PassPlan], M: int,
+                  first_blocks: tuple[int, ...] = (0,)) -> tuple[DataFrame, list[dict[str, np.ndarray] | None]]:
     """One pass over the blocks for every candidate; returns (new blocks, summed stats per candidate).
 
     The new blocks are materialised (cached) for the next pass or the qd table;
@@ -381,7 +456,7 @@ def run_iteration(blocks: DataFrame, model: ClickModel, plans: list[PassPlan],
     """
     # cache + collect: the collect of the stats is the one job that also fills the cache
     # with the new blocks (a checkpoint would be a second job per pass)
-    out = blocks.mapInArrow(_iteration_fn(model, plans), BLOCK_SCHEMA).cache()
+    out = blocks.mapInArrow(_iteration_fn(model, plans, first_blocks), BLOCK_SCHEMA).cache()
     rows = sorted(out.select("block", "stats").collect(), key=lambda r: r["block"])
     size = sum(n for _, n in stats_layout(model, M))
     total = np.zeros(len(plans) * size)
@@ -391,33 +466,39 @@ def run_iteration(blocks: DataFrame, model: ClickModel, plans: list[PassPlan],
                  for c, plan in enumerate(plans)]
 
 
-def qd_table(blocks: DataFrame, model: ClickModel, candidate: int = 0) -> DataFrame:
-    """One candidate's fitted qd parameters as rows: query_id, doc_id, one double per qd param, n_obs double.
+def qd_table(blocks: DataFrame, model: ClickModel, slots: tuple[int, ...] = (0,),
+             first_blocks: tuple[int, ...] = (0,)) -> DataFrame:
+    """Fitted qd parameters as rows: group int, query_id, doc_id, one double per qd param, n_obs double;
+    of each group g, the candidate in its state slot ``slots[g]`` (its position among g's candidates).
 
     Only pairs with a training impression (n_obs > 0): pairs seen only in held-out
     SERPs are not estimates.
     """
     params = list(model.qd_params)
-    schema = T.StructType([T.StructField("query_id", T.StringType()), T.StructField("doc_id", T.StringType())]
+    schema = T.StructType([T.StructField("group", T.IntegerType()), T.StructField("query_id", T.StringType()),
+                           T.StructField("doc_id", T.StringType())]
                           + [T.StructField(p, T.DoubleType()) for p in params]
                           + [T.StructField("n_obs", T.DoubleType())])
+    starts = np.asarray(first_blocks)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for i in range(batch.num_rows):
+            for i, block in enumerate(batch.column("block").to_pylist()):
+                group = int(np.searchsorted(starts, block, side="right")) - 1
                 keys = decode_keys(batch.column("keys")[i].as_buffer())
                 n_obs = keys.column("n_obs").to_numpy()
                 state = np.frombuffer(batch.column("state")[i].as_buffer(), dtype=np.float64)
-                values = state.reshape(-1, 3, len(params), keys.num_rows)[candidate, 0]
-                train = pa.array(n_obs > 0)
+                values = state.reshape(-1, 3, len(params), keys.num_rows)[slots[group], 0]
+                train = n_obs > 0
                 yield pa.RecordBatch.from_arrays(
-                    [keys.column("query_id").combine_chunks().filter(train),
-                     keys.column("doc_id").combine_chunks().filter(train)]
-                    + [pa.array(values[j][n_obs > 0]) for j in range(len(params))]
-                    + [pa.array(n_obs[n_obs > 0].astype(np.float64))],
+                    [pa.array(np.full(int(train.sum()), group, dtype=np.int32)),
+                     keys.column("query_id").combine_chunks().filter(pa.array(train)),
+                     keys.column("doc_id").combine_chunks().filter(pa.array(train))]
+                    + [pa.array(values[j][train]) for j in range(len(params))]
+                    + [pa.array(n_obs[train].astype(np.float64))],
                     names=schema.fieldNames())
 
-    return blocks.select("keys", "state").mapInArrow(run, schema)
+    return blocks.select("block", "keys", "state").mapInArrow(run, schema)
 
 
 def global_params(model: ClickModel, M: int, sums: Mapping[str, np.ndarray], old: Mapping[str, np.ndarray],

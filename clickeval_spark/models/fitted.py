@@ -44,6 +44,9 @@ class FittedModel:
     log_posterior: list[float] = field(default_factory=list)
     #: LL per position of the held-out SERPs packed with the log (None without)
     valid_ll: float | None = None
+    #: per rank, the held-out SERPs reaching it and their summed ln P(observed click) under p_click
+    #: (`spark_em.fit_groups` with ``ppl_eps``: the surrogate's Reverse PPL terms; None otherwise)
+    held_out_ppl: tuple[np.ndarray, np.ndarray] | None = None
 
     # The methods import their modules when called: those modules build FittedModels themselves.
 

@@ -103,10 +103,11 @@ def pack_serps(serps: DataFrame, max_rank: int = 10, block_serps: int | None = N
 
 @dataclass
 class _Candidate:
-    """One fit of the lockstep EM: a fully resolved prior and its running state."""
+    """One fit of the lockstep EM: a fully resolved prior and its running state, on one group of the packed log."""
 
     prior: ModelPrior
     g: dict[str, np.ndarray]
+    group: int = 0
     g_means: dict[str, np.ndarray] = field(default_factory=dict)   # the prior means that produced g
     update: tuple[np.ndarray, np.ndarray] | None = None
     unseen: dict[str, float] = field(default_factory=dict)
@@ -121,7 +122,7 @@ class _Candidate:
     @property
     def label(self) -> str:
         ks = sorted({f.k for f in self.prior.qd.values()})
-        return "k=" + ",".join(f"{k:g}" for k in ks) if ks else "-"
+        return (f"group {self.group} " if self.group else "") + ("k=" + ",".join(f"{k:g}" for k in ks) if ks else "-")
 
     @property
     def means_text(self) -> str:
@@ -164,6 +165,29 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
     last checkpoint, not from pass 1; without one locally, which at least cuts
     the lineage that grows by one stage per pass.
     """
+    packed = serps if isinstance(serps, PackedLog) else pack_serps(serps, max_rank)
+    try:
+        [fitted] = fit_groups(packed, model, iterations=iterations, tol=tol, prior=prior, k_grid=k_grid,
+                              prior_warmup=prior_warmup, logger=logger, checkpoint_interval=checkpoint_interval)
+    finally:
+        if packed is not serps:
+            packed.unpersist()
+    return fitted
+
+
+def fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int = 20, tol: float | None = None,
+               prior: ModelPrior | None = None, k_grid: Sequence[float] = DEFAULT_K_GRID,
+               prior_warmup: int = DEFAULT_WARMUP, logger: logging.Logger | None = None,
+               checkpoint_interval: int = 10, select_on_held_out: bool = True,
+               ppl_eps: float | None = None) -> list[FittedModel]:
+    """`fit` of every group of ``packed`` (`blocks.BlockGroup`), all in the same passes: one FittedModel per
+    group, each the fit its group's SERPs would get alone.
+
+    ``select_on_held_out`` False: the held-out SERPs are only scored, never used to pick a prior
+    strength or to end the warm-up (the surrogate stage packs the real SERPs beside every
+    generator's sequences to score them). ``ppl_eps``: the final pass also sums their perplexity
+    terms (`FittedModel.held_out_ppl`).
+    """
     if iterations < 1:
         raise ValueError("iterations must be >= 1")
     if checkpoint_interval < 1:
@@ -171,29 +195,33 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
     if prior_warmup < 1:
         raise ValueError("prior_warmup must be >= 1")
     log = logger or _log
-    packed = serps if isinstance(serps, PackedLog) else pack_serps(serps, max_rank)
     M = packed.max_rank
-    if packed.n_serps == 0:
-        raise ValueError("fit: no SERP with a query_id and a non-empty doc list")
+    for g, group in enumerate(packed.groups):
+        if group.n_serps == 0:
+            raise ValueError("fit: no SERP with a query_id and a non-empty doc list"
+                             + (f" in group {g}" if len(packed.groups) > 1 else ""))
     passes = iterations if model.iterative else 1
     prior = prior or model_prior(model, M)
-    grid = list(k_grid) if prior.auto and packed.n_held_out else [DEFAULT_K]
-    priors = [prior.with_k(k) for k in grid] if prior.auto else [prior]
     init = {k: np.asarray(v, dtype=np.float64) for k, v in model.init_global(M).items()}
-    cands = [_Candidate(prior=p, g=dict(init), unseen={q: INIT_VALUE for q in model.qd_params}) for p in priors]
+    grids, cands = [], []
+    for g, group in enumerate(packed.groups):
+        grid = list(k_grid) if prior.auto and group.n_held_out and select_on_held_out else [DEFAULT_K]
+        grids.append(grid)
+        cands += [_Candidate(prior=p, g=dict(init), group=g, unseen={q: INIT_VALUE for q in model.qd_params})
+                  for p in ([prior.with_k(k) for k in grid] if prior.auto else [prior])]
     # pooled prior means are fixed after the warm-up (module docstring); fixed ones have no prior term at iteration 0
     pooled = any(f.k > 0 and f.m is None for c in cands for f in (*c.prior.qd.values(), *c.prior.glob.values()))
     for c in cands:
         c.compare_from = None if pooled else 1 if any(f.k > 0 for f in c.prior.qd.values()) else 0
 
     def record(c: _Candidate, it: int, sums: dict[str, np.ndarray], secs: float) -> None:
-        n = packed.n_serps
+        n = packed.groups[c.group].n_serps
         ll = float(sums["ll"][0]) / n
         lp_glob = sum(log_prior(c.g[name], f.k, c.g_means[name]) for name, f in c.prior.glob.items()
                       if f.k > 0 and name in c.g_means)
         c.history.append((it, ll, secs))
         c.posterior.append((float(sums["ll"][0]) + float(sums["lp"][0]) + lp_glob) / n)
-        if sums["n_valid"][0] > 0:
+        if select_on_held_out and sums["n_valid"][0] > 0:
             c.valid_ll = float(sums["ll_valid"][0] / sums["n_valid"][0])
         log.info("%s %s iteration %d: train LL %.6f per SERP, log posterior %.6f, valid LL %.6f per position, "
                  "prior m %s, %.2f s", model.name, c.label, it, ll, c.posterior[-1], c.valid_ll,
@@ -203,15 +231,19 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
         if old is not packed.blocks:
             old.unpersist()
 
+    def one_pass(plans: list[PassPlan]) -> list[dict[str, np.ndarray] | None]:
+        nonlocal blocks
+        new_blocks, all_sums = run_iteration(blocks, model, plans, M, packed.first_blocks)
+        release(blocks)
+        blocks = new_blocks
+        return all_sums
+
     blocks = packed.blocks
     try:
         for it in range(1, passes + 1):
             t0 = time.perf_counter()
-            plans = [PassPlan("step" if c.active else "hold", c.g, c.update) for c in cands]
-            new_blocks, all_sums = run_iteration(blocks, model, plans, M)
+            all_sums = one_pass([PassPlan("step" if c.active else "hold", c.g, c.update, c.group) for c in cands])
             secs = time.perf_counter() - t0
-            release(blocks)
-            blocks = new_blocks
             for c, sums in zip(cands, all_sums):
                 if sums is None:
                     continue
@@ -241,30 +273,41 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
                 blocks = checkpointed(blocks)
                 log.info("%s pass %d checkpointed: %.2f s", model.name, it, time.perf_counter() - t0)
         t0 = time.perf_counter()
-        plans = [PassPlan("score", c.g, c.update) for c in cands]
-        final_blocks, all_sums = run_iteration(blocks, model, plans, M)
-        release(blocks)
-        blocks = final_blocks
+        final = one_pass([PassPlan("score", c.g, c.update, c.group, ppl_eps) for c in cands])
         log.info("%s final pass: %.2f s", model.name, time.perf_counter() - t0)
-        for c, sums in zip(cands, all_sums):
+        for c, sums in zip(cands, final):
             record(c, c.done, sums, c.pending_secs)
-        best = max(range(len(cands)), key=lambda i: (cands[i].valid_ll if len(cands) > 1 else 0.0, -i))
-        chosen = cands[best]
-        selection = None
-        if len(cands) > 1:
-            selection = {"grid": [{"k": k, "valid_ll": c.valid_ll, "iterations": c.done}
-                                  for k, c in zip(grid, cands)],
-                         "chosen_k": grid[best], "n_valid_serps": packed.n_held_out}
-            log.info("%s prior strength by valid LL per position: %s -> k=%g", model.name,
-                     ", ".join(f"k={k:g}: {c.valid_ll:.6f}" for k, c in zip(grid, cands)), grid[best])
+        # per group: the candidate with the best valid LL (the first when there is one), and its state slot
+        chosen = []
+        for g in range(len(packed.groups)):
+            mine = [i for i, c in enumerate(cands) if c.group == g]
+            slot = max(range(len(mine)), key=lambda j: (cands[mine[j]].valid_ll if len(mine) > 1 else 0.0, -j))
+            chosen.append((mine, slot))
         if model.qd_params:
-            qd = checkpointed(qd_table(blocks, model, best))
+            qd_all = checkpointed(qd_table(blocks, model, tuple(slot for _, slot in chosen), packed.first_blocks))
         else:
-            qd = packed.blocks.sparkSession.createDataFrame([], "query_id string, doc_id string, n_obs double")
+            qd_all = packed.blocks.sparkSession.createDataFrame(
+                [], "group int, query_id string, doc_id string, n_obs double")
     finally:
         release(blocks)
-        if packed is not serps:
-            packed.unpersist()
+    out = []
+    for g, (mine, slot) in enumerate(chosen):
+        best, grid = cands[mine[slot]], grids[g]
+        selection = None
+        if len(mine) > 1:
+            selection = {"grid": [{"k": k, "valid_ll": cands[i].valid_ll, "iterations": cands[i].done}
+                                  for k, i in zip(grid, mine)],
+                         "chosen_k": grid[slot], "n_valid_serps": packed.groups[g].n_held_out}
+            log.info("%s prior strength by valid LL per position: %s -> k=%g", model.name,
+                     ", ".join(f"k={k:g}: {cands[i].valid_ll:.6f}" for k, i in zip(grid, mine)), grid[slot])
+        qd = qd_all if len(packed.groups) == 1 else qd_all.where(F.col("group") == g)
+        out.append(_fitted(model, M, best, prior, qd.drop("group"), selection,
+                           (final[mine[slot]]["ppl_n"], final[mine[slot]]["ppl_ln"]) if ppl_eps is not None else None))
+    return out
+
+
+def _fitted(model: ClickModel, M: int, chosen: _Candidate, prior: ModelPrior, qd: DataFrame, selection: dict | None,
+            held_out_ppl: tuple[np.ndarray, np.ndarray] | None) -> FittedModel:
     spec = {"kind": prior.kind,
             "families": {**{p: {"k": f.k, "m": chosen.unseen[p], "pooled": f.m is None}
                             for p, f in chosen.prior.qd.items()},
@@ -274,4 +317,5 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
     return FittedModel(model=model, max_rank=M, qd=qd, glob=chosen.g, prior=dict(chosen.unseen),
                        history=chosen.history, prior_spec=spec, selection=selection,
                        log_posterior=chosen.posterior,
-                       valid_ll=None if math.isnan(chosen.valid_ll) else chosen.valid_ll)
+                       valid_ll=None if math.isnan(chosen.valid_ll) else chosen.valid_ll,
+                       held_out_ppl=held_out_ppl)

@@ -238,6 +238,55 @@ def test_one_packed_log_serves_several_models(spark):
         packed.unpersist()
 
 
+def test_groups_of_one_packed_log_fit_as_if_alone_and_score_the_held_out_perplexity(spark):
+    """Two logs packed side by side (`blocks.pack_log` groups), each with the same probe SERPs held out beside
+    it, fitted in shared passes (the surrogate stage's route): each group's fit is bit-identical to its log
+    packed and fitted alone with the probe, within 1e-9 of the plain fit without it, and the final pass's
+    perplexity terms give the PPL that SQL over the alone fit's predictions gives."""
+    from clickeval_spark.metrics.distributional import Perplexity, perplexity
+
+    model, M = get_model("dcm"), 5
+    logs = [Log(model, n_serps=n, M=M, seed=seed) for n, seed in ((200, 31), (150, 32))]
+    probe = Log(model, n_serps=60, M=M, seed=34).df(spark)
+    cut = lambda df: attach.truncate_serps(df, M, keep=("serp_id",))  # noqa: E731
+    prep = None
+    for g, log in enumerate(logs):
+        part = (cut(log.df(spark)).withColumn("held_out", F.lit(False))
+                .unionByName(cut(probe).withColumn("held_out", F.lit(True))).withColumn("group", F.lit(g)))
+        prep = part if prep is None else prep.unionByName(part)
+    packed = blocks.pack_log(prep, M)
+    assert [(grp.n_serps, grp.n_held_out) for grp in packed.groups] == [(200, 60), (150, 60)]
+    options = dict(iterations=3, select_on_held_out=False, ppl_eps=1e-6)
+    try:
+        grouped = spark_em.fit_groups(packed, model, **options)
+    finally:
+        packed.unpersist()
+
+    def values(f):
+        return (sorted(tuple(r) for r in f.qd.collect()), {k: v.tobytes() for k, v in f.glob.items()}, f.prior,
+                [h[1] for h in f.history])
+
+    for g, log in enumerate(logs):
+        alone_packed = spark_em.pack_serps(log.df(spark), max_rank=M, held_out=probe)
+        try:
+            [alone] = spark_em.fit_groups(alone_packed, model, **options)
+        finally:
+            alone_packed.unpersist()
+        assert values(grouped[g]) == values(alone)
+        assert [a.tobytes() for a in grouped[g].held_out_ppl] == [a.tobytes() for a in alone.held_out_ppl]
+    # the probe's pairs only add zeros to the pooled sums (last-bit differences, no more)
+    plain = fit(logs[0].df(spark), model, iterations=3, max_rank=M)
+    assert grouped[0].glob["lambda"] == pytest.approx(plain.glob["lambda"], rel=1e-9, abs=0)
+    by_sql = perplexity(probe, plain, 1e-6)
+    in_pass = Perplexity.from_sums(*grouped[0].held_out_ppl)
+    assert in_pass.n_serps == by_sql.n_serps == 60
+    # SQL sums its log terms as fixed-point longs, each rounded to 2^-32 (about 1e-11 relative here)
+    assert in_pass.at_rank == pytest.approx(by_sql.at_rank, rel=1e-9, abs=0)
+    assert in_pass.total == pytest.approx(by_sql.total, rel=1e-9, abs=0)
+    # different logs, different fits: the groups did not see each other's SERPs
+    assert values(grouped[0])[1] != values(grouped[1])[1]
+
+
 def test_predict_and_sampling_same_on_both_routes(spark, monkeypatch):
     model = get_model("dbn")
     log = Log(model, n_serps=80, M=5, seed=21, n_queries=4, pool=8)

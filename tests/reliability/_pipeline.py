@@ -68,7 +68,7 @@ def write_conf(directory: Path, warehouse: str, reports: str, *, shuffle_partiti
         "predict": {"splits": ["test"]},
         "evaluate": {"replicates": 5, "reference_model": "rctr"},
         "generate": {"generators": ["pbm"], "samples": 2, "list_orders": ["shuffled_all"]},
-        "surrogate": {"model": "dcm", "iterations": 2, "parallelism": 2},
+        "surrogate": {"model": "dcm", "iterations": 2},
         "report": {"path": reports},
     }
     directory.mkdir(parents=True, exist_ok=True)
