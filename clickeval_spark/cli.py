@@ -104,6 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         PySparkLogger.getLogger(name).disabled = True
     try:
         cfg, run_id = load(args.conf, args.set, args.run_id)
+        start = getattr(args, "start", None)
+        if start and start != next(iter(STAGES)) and not (args.run_id or cfg.run_id):
+            raise ClickevalError(f"--from {start} resumes a run: give its --run-id (or run_id in the config)")
         check_local_inputs(cfg, verb)
         ctx = StageContext(session_for(cfg, verb), cfg, warehouse_root(cfg), run_id)
         COMMANDS[verb](ctx, args)

@@ -72,7 +72,7 @@ def test_the_cli_offers_every_registered_stage_and_refuses_an_unknown_verb(capsy
     assert exc.value.code == 2 and "invalid choice: 'fitt'" in capsys.readouterr().err
 
 
-def test_run_from_a_stage_runs_that_stage_and_the_ones_after_it_in_order(monkeypatch, tmp_path, capsys):
+def test_run_from_a_stage_runs_that_stage_and_the_ones_after_it_in_order(monkeypatch, tmp_path, capsys, conf):
     """`clickeval run --from fit` resumes a run: ingest is not run, every later stage is, in registry order;
     a name that is not a stage is refused by the parser."""
     from types import SimpleNamespace
@@ -95,3 +95,7 @@ def test_run_from_a_stage_runs_that_stage_and_the_ones_after_it_in_order(monkeyp
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["run", "--from", "ingst"])
     assert "invalid choice: 'ingst'" in capsys.readouterr().err
+    # resuming needs the run it resumes: without a run id it stops before any Spark work
+    assert cli.main(["run", "--from", "fit", "--conf", conf]) == 2
+    assert capsys.readouterr().err.strip() == ("clickeval run: error: --from fit resumes a run: give its --run-id "
+                                               "(or run_id in the config)")

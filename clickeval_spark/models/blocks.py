@@ -3,7 +3,8 @@
 EM reads the whole log once per iteration, and every per-(query, doc) parameter
 depends only on the SERPs of its own query. So the log is packed once into
 ``n_blocks`` blocks (a query's SERPs all go to block xxhash64(query_id) mod
-n_blocks), each block one row of numpy arrays in binary columns:
+n_blocks; with groups, the group's first block plus that mod the group's n_blocks),
+each block one row of numpy arrays in binary columns:
 
     block int,
     data  binary  header (B, M, n_pairs, n_train) + clicks int8 (B, M) + pair int32 (B, M)
@@ -228,7 +229,8 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None) -> 
     Held-out SERPs (``held_out`` true: the valid split) are packed beside the
     training SERPs of their query, so a fit scores them in the same pass.
     ``group`` (int 0..G-1, default 0) packs G independent logs side by side, each
-    into the blocks it would get alone; serp_id must be unique within a group.
+    into the blocks it would get alone; serp_id must be unique among a group's
+    training SERPs and among its held-out ones (blocks sort by (held_out, serp_id)).
     """
     M = int(max_rank)
     if "held_out" not in prep.columns:

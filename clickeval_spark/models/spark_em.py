@@ -20,7 +20,8 @@ this module and `clickeval_spark.models.blocks` only move arrays in and sums out
 The result is a `clickeval_spark.models.fitted.FittedModel`; predict and the sampler
 bring its parameters to the SERPs they score with `clickeval_spark.models.attach`.
 `fit_groups` fits several independent logs packed side by side (`blocks.pack_log`'s
-groups: the surrogate stage's 31 fits) in the same passes, one FittedModel each.
+groups: the surrogate stage's real log and every generator variant) in the same
+passes, one FittedModel each.
 
 Estimator: maximum a posteriori (models/priors.py). Every M-step is the
 posterior mode (num + k m) / (den + k) of its family's Beta prior; the qd

@@ -29,7 +29,8 @@ def packed_inputs(real: DataFrame, synthetic: DataFrame, variants: DataFrame, ma
     """Every surrogate's training log side by side (`blocks.pack_log`'s groups): group 0 the real SERPs,
     group i the i-th variant's sequences (`variants`: group, generator_model, list_order, click_mode), each
     with the real SERPs beside it as held-out SERPs, scored in the fit's final pass (Reverse PPL).
-    A sequence's serp_id gets its sample_idx: serp_ids are unique within a group, so a block's order is fixed."""
+    A sequence's serp_id gets its sample_idx: serp_ids are unique among a group's training SERPs (and among
+    its held-out ones), so a block's order is fixed."""
     real = truncate_serps(real, max_rank, keep=("serp_id",))
     seqs = truncate_serps(
         synthetic.join(F.broadcast(variants), on=list(VARIANT), how="inner")
@@ -63,8 +64,9 @@ def run(ctx: StageContext) -> list[dict]:
                                           "group int, generator_model string, list_order string, click_mode string")
         packed = pack_log(packed_inputs(real, synthetic, index, max_rank), max_rank)
         t_pack = time.perf_counter() - t0
-        # one pack, one Spark job per EM pass for all 1 + len(variants) fits (the same prior and passes for
-        # each: no held-out SERPs of its own, so `k: auto` means priors.DEFAULT_K)
+        # one pack, one Spark job per EM pass for all 1 + len(variants) fits, the same prior and passes for
+        # each: the held-out real SERPs are only scored (select_on_held_out=False), so `k: auto` means
+        # priors.DEFAULT_K, as for a fit without held-out SERPs
         prior = model_prior(surrogate, max_rank, *ctx.cfg.fit.prior_overrides(scfg.model))
         try:
             fits = fit_groups(packed, surrogate, iterations=scfg.iterations, prior=prior, logger=log,
