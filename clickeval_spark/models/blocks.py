@@ -39,6 +39,7 @@ partitions, shuffle partitions or executors.
 
 from __future__ import annotations
 
+import bisect
 import io
 import math
 from dataclasses import dataclass
@@ -405,6 +406,11 @@ class PassPlan:
     ppl_eps: float | None = None
 
 
+def _group_of(block: int, first_blocks: tuple[int, ...]) -> int:
+    """The group a block belongs to: groups occupy consecutive block ranges starting at ``first_blocks``."""
+    return bisect.bisect_right(first_blocks, block) - 1
+
+
 def _lanes(plans: list[PassPlan], n_groups: int) -> list[list[int]]:
     """Per group, the indices of its candidates: the order of their state slots in the group's blocks."""
     return [[c for c, plan in enumerate(plans) if plan.group == g] for g in range(n_groups)]
@@ -416,14 +422,13 @@ def _iteration_fn(model: ClickModel, plans: list[PassPlan], first_blocks: tuple[
                       p.ppl_eps) for p in plans]
     C = len(plans)
     lanes = _lanes(plans, len(first_blocks))
-    starts = np.asarray(first_blocks)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             states, stats = [], []
             data_col, state_col = batch.column("data"), batch.column("state")
             for i, block in enumerate(batch.column("block").to_pylist()):
-                mine = lanes[int(np.searchsorted(starts, block, side="right")) - 1]
+                mine = lanes[_group_of(block, first_blocks)]
                 clicks, pair, n_pairs, n_train = decode_data(data_col[i].as_buffer())
                 old = state_col[i]
                 state = decode_state(old.as_buffer() if old.is_valid else None, len(mine), P, n_pairs)
@@ -481,12 +486,10 @@ def qd_table(blocks: DataFrame, model: ClickModel, slots: tuple[int, ...] = (0,)
                            T.StructField("doc_id", T.StringType())]
                           + [T.StructField(p, T.DoubleType()) for p in params]
                           + [T.StructField("n_obs", T.DoubleType())])
-    starts = np.asarray(first_blocks)
-
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for i, block in enumerate(batch.column("block").to_pylist()):
-                group = int(np.searchsorted(starts, block, side="right")) - 1
+                group = _group_of(block, first_blocks)
                 keys = decode_keys(batch.column("keys")[i].as_buffer())
                 n_obs = keys.column("n_obs").to_numpy()
                 state = np.frombuffer(batch.column("state")[i].as_buffer(), dtype=np.float64)
