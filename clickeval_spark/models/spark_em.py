@@ -287,7 +287,8 @@ def fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int = 20, to
             slot = max(range(len(mine)), key=lambda j: (cands[mine[j]].valid_ll if len(mine) > 1 else 0.0, -j))
             chosen.append((mine, slot))
         if model.qd_params:
-            qd_all = checkpointed(qd_table(blocks, model, tuple(slot for _, slot in chosen), packed.first_blocks))
+            qd_all = checkpointed(qd_table(blocks, packed.blocks, model, tuple(slot for _, slot in chosen),
+                                             packed.first_blocks))
         else:
             qd_all = packed.blocks.sparkSession.createDataFrame(
                 [], "group int, query_id string, doc_id string, n_obs double")
