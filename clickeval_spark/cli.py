@@ -107,7 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         start = getattr(args, "start", None)
         if start and start != next(iter(STAGES)) and not (args.run_id or cfg.run_id):
             raise ClickevalError(f"--from {start} resumes a run: give its --run-id (or run_id in the config)")
-        check_local_inputs(cfg, verb)
+        # `run --from fit` reads no ingest input: only the stages that will run are checked
+        check_local_inputs(cfg, verb, tuple(STAGES)[tuple(STAGES).index(start):] if start else None)
         ctx = StageContext(session_for(cfg, verb), cfg, warehouse_root(cfg), run_id)
         COMMANDS[verb](ctx, args)
         return 0

@@ -41,13 +41,15 @@ def load(conf: str, sets: Sequence[str] = (), run_id: str | None = None) -> tupl
     return cfg, validate_run_id(run_id)
 
 
-def check_local_inputs(cfg: AppConfig, job: str) -> None:
+def check_local_inputs(cfg: AppConfig, job: str, running: Sequence[str] | None = None) -> None:
     """Every local input file the job reads exists: checked before the Spark session starts (which takes
     half a minute and prints Ivy's chatter). Local means a file: URI, or a plain path in embedded mode
     (on a cluster a plain path belongs to the cluster's default file system). Other URIs (s3a://,
-    hdfs://) are left to Spark; so are Hadoop brace globs ({a,b}), which Python's glob does not know."""
+    hdfs://) are left to Spark; so are Hadoop brace globs ({a,b}), which Python's glob does not know.
+    ``running``: the stages that will run (`run --from`), when not all of the job's."""
     plain_is_local = cfg.spark.mode == "embedded" and "spark.hadoop.fs.defaultFS" not in cfg.spark.conf
-    for key, location in input_locations(cfg, JOB_STAGES.get(job, (job,))):
+    stages = tuple(s for s in JOB_STAGES.get(job, (job,)) if running is None or s in running)
+    for key, location in input_locations(cfg, stages):
         if not location.startswith("file:") and (is_uri(location) or not plain_is_local):
             continue
         path = _local_path(location)

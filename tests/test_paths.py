@@ -81,6 +81,11 @@ def test_missing_local_inputs_name_their_key(tmp_path):
     with pytest.raises(InputError, match=r"^evaluate.external\[ncm\].relevance_scores: .*gone.txt: no such file"):
         check_local_inputs(external, "evaluate")
     check_local_inputs(external, "fit")  # fit reads no external file: not its business
+    # `run --from STAGE` checks only the stages that will run: a resumed run does not ingest again
+    no_input = AppConfig(ingest=IngestConfig(format="per_query_text", paths={"all": missing}))
+    with pytest.raises(InputError, match=r"^ingest.paths.all: "):
+        check_local_inputs(no_input, "run", ("ingest", "fit"))
+    check_local_inputs(no_input, "run", ("fit", "predict"))
     sequences = AppConfig(generate=GenerateConfig(external=(ExternalSequencesConfig(name="ncm", path=missing),)))
     with pytest.raises(InputError, match=r"^generate.external\[ncm\].path: .*gone.txt: no such file"):
         check_local_inputs(sequences, "generate")
