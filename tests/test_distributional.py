@@ -1,5 +1,7 @@
 """Generate + surrogate on a log simulated from a known UBM: Reverse PPL separates good and degenerate generators."""
 
+import math
+
 import pytest
 from pyspark.sql import functions as F
 
@@ -108,3 +110,12 @@ def test_reorder_is_a_permutation_within_halves(spark):
     assert sorted(row["doc_ids"][:5]) == [f"d{i}" for i in range(5)]
     assert sorted(row["doc_ids"][5:]) == [f"d{i}" for i in range(5, 10)]
     assert row["doc_ids"] != [f"d{i}" for i in range(10)] and row["vtypes"] is None
+
+
+def test_perplexity_from_sums_skips_unreached_ranks_and_keeps_a_nan_sum_visible():
+    from clickeval_spark.metrics.distributional import Perplexity
+    ppl = Perplexity.from_sums([4, 2, 0], [-2.0, -1.0, 0.0])
+    assert ppl.at_rank[:2] == (math.exp(0.5), math.exp(0.5)) and math.isnan(ppl.at_rank[2])
+    assert ppl.total == math.exp(0.5) and ppl.n_serps == 4
+    broken = Perplexity.from_sums([4, 2, 0], [-2.0, float("nan"), 0.0])
+    assert math.isnan(broken.total) and broken.at_rank[0] == math.exp(0.5)

@@ -30,9 +30,12 @@ class Perplexity:
 
     @classmethod
     def from_sums(cls, n: Sequence[float], ln: Sequence[float]) -> "Perplexity":
-        """From per-rank position counts and summed ln P(observed click) under p_click."""
+        """From per-rank position counts and summed ln P(observed click) under p_click.
+
+        A rank no SERP reaches is NaN and left out of the total; a reached rank whose sum is NaN (a model
+        that returned NaN probabilities) makes the total NaN too, rather than silently dropping out."""
         at_rank = tuple(math.exp(-float(l_) / float(n_)) if n_ else math.nan for n_, l_ in zip(n, ln))
-        present = [v for v in at_rank if not math.isnan(v)]
+        present = [v for v, n_ in zip(at_rank, n) if n_]
         return cls(sum(present) / len(present) if present else math.nan, at_rank, int(n[0]) if len(n) else 0)
 
 

@@ -419,6 +419,9 @@ def _group_of(block: int, first_blocks: tuple[int, ...]) -> int:
 
 def _lanes(plans: list[PassPlan], n_groups: int) -> list[list[int]]:
     """Per group, the indices of its candidates: the order of their state slots in the group's blocks."""
+    stray = sorted({p.group for p in plans} - set(range(n_groups)))
+    if stray:   # its blocks do not exist: the fit would silently sum zeros
+        raise ValueError(f"pass plan for group(s) {stray}, but the packed log has groups 0..{n_groups - 1}")
     return [[c for c, plan in enumerate(plans) if plan.group == g] for g in range(n_groups)]
 
 

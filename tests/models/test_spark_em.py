@@ -679,3 +679,11 @@ def test_fit_rejects_clicks_of_another_length(spark):
         [("t", "train", "s", "x", 1, "q", ["a", "b", "c"], None, [1, 0], None)], SERPS_SCHEMA)
     with pytest.raises(Exception, match="clicks and doc_ids of different lengths"):
         fit(serps, get_model("pbm"), iterations=1, max_rank=10)
+
+
+def test_a_pass_plan_for_a_group_the_log_lacks_is_refused():
+    from clickeval_spark.models.blocks import PassPlan, _lanes
+    plans = [PassPlan("step", {}, None, group=g) for g in (0, 1, 0)]
+    assert _lanes(plans, 2) == [[0, 2], [1]]
+    with pytest.raises(ValueError, match=r"group\(s\) \[1\], but the packed log has groups 0..0"):
+        _lanes(plans, 1)
