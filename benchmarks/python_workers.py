@@ -53,6 +53,7 @@ def measure(daemon: str, args) -> tuple[float, float]:
                 blocks.unpersist()
             blocks = new
             passes.append(time.perf_counter() - t)
+        blocks.unpersist()
         packed.unpersist()
         return statistics.median(tasks), statistics.median(passes)
     finally:

@@ -6,7 +6,7 @@ pyspark.zip once per package path imported from it, py4j's zip and the spark-cor
 workers' PYTHONPATH. Measured here: about 0.2 s per task (a trivial 32-task mapPartitions took 3.4 s on
 2 cores), most of a small task's time. CPython fixed it in 3.12 (gh-103200: invalidation only marks the
 cache stale); this module gives 3.10/3.11 the same effect: an archive's directory is re-read when the
-file changed (size or mtime), not on every call. Then it runs ``pyspark.daemon`` unchanged.
+file changed (mtime, ctime, size or inode), not on every call. Then it runs ``pyspark.daemon`` unchanged.
 
 Used as ``spark.python.daemon.module`` (`clickeval_spark.session.build_session` sets it for the embedded
 mode, where the workers run this venv's Python). The module must be importable by the executors'
@@ -20,35 +20,48 @@ import runpy
 import sys
 import zipimport
 
-_UNSEEN = object()
 
-
-def _stamp(path: str) -> tuple[int, int] | None:
+def _stamp(path: str) -> tuple[int, ...] | None:
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return st.st_mtime_ns, st.st_size
+    return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino
 
 
 def patch_zipimport() -> bool:
-    """Make `zipimport.zipimporter.invalidate_caches` re-read an archive only when it changed; True if patched."""
+    """Make `zipimport.zipimporter.invalidate_caches` re-read an archive only when it changed; True if patched.
+
+    Every directory read records the archive's stamp, taken before reading, against the directory it
+    produced (importers of one archive share a directory until one re-reads). An importer re-reads
+    when its directory's stamp is no longer the archive's, or when its directory was read before
+    this patch (unknown: read once more, at patch time for the importers that exist then).
+    """
     if not (3, 10) <= sys.version_info[:2] < (3, 12):
         return False
-    reread = zipimport.zipimporter.invalidate_caches
-    if getattr(reread, "_clickeval", False):
+    if getattr(zipimport.zipimporter.invalidate_caches, "_clickeval", False):
         return True
+    read_directory, reread = zipimport._read_directory, zipimport.zipimporter.invalidate_caches
+    # id(directory) -> (stamp, directory); holding the directory keeps its id from being reused
+    stamps: dict[int, tuple[tuple[int, ...] | None, dict]] = {}
+
+    def recorded_read(archive):
+        stamp = _stamp(archive)
+        files = read_directory(archive)
+        stamps[id(files)] = (stamp, files)
+        return files
 
     def invalidate_caches(self) -> None:
-        # per importer: each package path inside an archive has its own importer and its own copy
-        stamp, seen = _stamp(self.archive), getattr(self, "_clickeval_stamp", _UNSEEN)
-        self._clickeval_stamp = stamp
-        # the first call only records the stamp: the importer read the directory when it was made
-        if seen is not _UNSEEN and seen != stamp:
+        stamp, files = stamps.get(id(self._files), (None, None))
+        if files is not self._files or _stamp(self.archive) != stamp:
             reread(self)
 
     invalidate_caches._clickeval = True
+    zipimport._read_directory = recorded_read
     zipimport.zipimporter.invalidate_caches = invalidate_caches
+    for finder in list(sys.path_importer_cache.values()):
+        if isinstance(finder, zipimport.zipimporter):
+            finder.invalidate_caches()
     return True
 
 

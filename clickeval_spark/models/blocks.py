@@ -462,8 +462,8 @@ def _iteration_fn(model: ClickModel, plans: list[PassPlan], first_blocks: tuple[
 
 def run_iteration(blocks: DataFrame, model: ClickModel, plans: list[PassPlan], M: int,
                   first_blocks: tuple[int, ...] = (0,)) -> tuple[DataFrame, list[dict[str, np.ndarray] | None]]:
-    """One pass over the blocks (the packed log's, or the last pass's) for every candidate; returns (new
-    blocks, PASS_SCHEMA rows, and the summed stats per candidate).
+    """One pass over the blocks (the packed log's, or the last pass's) for every candidate; returns (the new
+    blocks as PASS_SCHEMA rows, the summed stats per candidate).
 
     The new blocks are materialised (cached) for the next pass or the qd table;
     the caller unpersists the previous pass's blocks once these are in place.
