@@ -23,7 +23,7 @@ from clickeval_spark.context import StageContext
 from clickeval_spark.errors import ClickevalError
 from clickeval_spark.readonly import not_read_only
 from clickeval_spark.runtime import DEFAULT_CONF, check_local_inputs, load, session_for, warehouse_root
-from clickeval_spark.stages import STAGES, run_pipeline
+from clickeval_spark.stages import STAGES, run_pipeline, stages_from
 
 
 def list_tables(ctx: StageContext, args: argparse.Namespace) -> None:
@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if start and start != next(iter(STAGES)) and not (args.run_id or cfg.run_id):
             raise ClickevalError(f"--from {start} resumes a run: give its --run-id (or run_id in the config)")
         # `run --from fit` reads no ingest input: only the stages that will run are checked
-        check_local_inputs(cfg, verb, tuple(STAGES)[tuple(STAGES).index(start):] if start else None)
+        check_local_inputs(cfg, verb, stages_from(start) if start else None)
         ctx = StageContext(session_for(cfg, verb), cfg, warehouse_root(cfg), run_id)
         COMMANDS[verb](ctx, args)
         return 0

@@ -53,11 +53,16 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in
                             map(Stage, (ingest, fit, predict, evaluate, generate, surrogate, report))}
 
 
+def stages_from(start: str | None = None) -> list[str]:
+    """The stage names in pipeline order, from ``start`` on (all of them without one)."""
+    names = list(STAGES)
+    return names[names.index(start) if start else 0:]
+
+
 def run_pipeline(ctx: StageContext, start: str | None = None) -> dict[str, Any]:
     """The main job: every stage in order in one session (from `start` on, to resume a run whose earlier
     stages have written their tables); ends with the metrics table and the report's path."""
-    names = list(STAGES)
-    results = {name: STAGES[name](ctx) for name in names[names.index(start) if start else 0:]}
+    results = {name: STAGES[name](ctx) for name in stages_from(start)}
     print(f"\npipeline done: run_id={ctx.run_id}, tables under {ctx.warehouse}")
     if "evaluate" in results:
         rows = ctx.this_run("metrics", dataset=ctx.dataset).collect()
