@@ -2,13 +2,15 @@
 
     .venv/bin/python -m benchmarks.run                                  # 100k, 1M, 5M (about an hour here)
     .venv/bin/python -m benchmarks.run --sizes 100000,1000000 --iterations 5
+    .venv/bin/python -m benchmarks.run --sizes 1000000 --shuffle-width 0   # fixed lists per query: many repeats
 
 Per size, in one Spark session (conf/bench.yaml: local[*], synthetic TianGong-ST-shaped
 log of 10 results per SERP, Zipf-like query frequencies with n_queries = SERPs / 25,
 simulated from a DBN), a fresh warehouse under --workdir:
 
 - ingest (generate + validate + write serps and labels), fit (pack the train split
-  into query blocks once, then --iterations EM passes of PBM, UBM and DBN; seconds per
+  into query blocks once, identical SERPs folded into weighted rows (the "rows" column:
+  with --shuffle-width 0 every query shows one fixed list, so only clicks tell its SERPs apart), then --iterations EM passes of PBM, UBM and DBN; seconds per
   pass are the EM passes' own wall times from the fit history), predict (train, valid,
   test), evaluate (every split: all N SERPs, 200 bootstrap replicates), generate (DBN,
   7 samples, original + shuffled lists, test split) + surrogate (DCM, 5 passes);
@@ -124,13 +126,21 @@ def reference_arrays(spark, warehouse: str, cfg, M: int):
     return pair, clicks, len(uniq)
 
 
-def run_size(spark, conf: str, n: int, workdir: Path, iterations: int) -> dict:
-    wh = str(workdir / f"warehouse-{n}")
-    cfg = load_config(conf, {
+def distinct_rows(serps, M: int) -> int:
+    """The rows the packed blocks hold: distinct (query, first M docs, first M clicks) (a query's SERPs share a block)."""
+    return serps.select("query_id", F.slice("doc_ids", 1, M), F.slice("clicks", 1, M)).distinct().count()
+
+
+def run_size(spark, conf: str, n: int, workdir: Path, iterations: int, shuffle_width: float | None = None) -> dict:
+    wh = str(workdir / (f"warehouse-{n}" if shuffle_width is None else f"warehouse-{n}-w{shuffle_width:g}"))
+    overrides = {
         "ingest.dataset": f"bench-{n}", "ingest.synthetic.n_serps": n,
         "ingest.synthetic.n_queries": max(100, n // 25), "fit.iterations": iterations,
         "spark.warehouse": wh, "report.path": str(workdir / "reports"),
-    })
+    }
+    if shuffle_width is not None:
+        overrides["ingest.synthetic.shuffle_width"] = shuffle_width
+    cfg = load_config(conf, overrides)
     run_id = f"bench-{n}"
     out: dict = {"n_serps": n, "stages": {}, "fit": {}}
     ctx = StageContext(spark, cfg, wh, run_id)
@@ -141,6 +151,7 @@ def run_size(spark, conf: str, n: int, workdir: Path, iterations: int) -> dict:
         params = tables.read_table(spark, wh, "model_params")
         pair, clicks, n_pairs = reference_arrays(spark, wh, cfg, cfg.fit.max_rank)
         out["n_pairs"] = n_pairs
+        out["n_rows"] = distinct_rows(StageContext(spark, cfg, wh, "-").serps(("train",)), cfg.fit.max_rank)
         for name, hist in histories.items():
             per_iter = [s for _, _, s in hist[1:]]
             spark_s = float(np.mean(per_iter))
@@ -169,16 +180,18 @@ def slope(results: list[dict], get) -> list[float]:
 
 
 def markdown(results: list[dict], args, started: str) -> str:
-    lines = [f"Command: `.venv/bin/python -m benchmarks.run --sizes {args.sizes} --iterations {args.iterations}`",
+    width = "" if args.shuffle_width is None else f" --shuffle-width {args.shuffle_width:g}"
+    lines = [f"Command: `.venv/bin/python -m benchmarks.run --sizes {args.sizes} --iterations {args.iterations}{width}`",
              f"Date: {started}; machine: {os.cpu_count()} cores, "
              f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
-             f"{platform.platform()}; Spark local[*]", "",
-             "| SERPs | train SERPs | pairs | ingest s | fit stage s | predict s | evaluate s (N SERPs, 200 reps) "
+             f"{platform.platform()}; Spark local[*]; synthetic shuffle_width "
+             f"{'conf/bench.yaml' if args.shuffle_width is None else args.shuffle_width}", "",
+             "| SERPs | train SERPs | packed rows (after the fold) | pairs | ingest s | fit stage s | predict s | evaluate s (N SERPs, 200 reps) "
              "| generate s | surrogate s | peak RSS GiB |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         s = r["stages"]
-        lines.append(f"| {r['n_serps']:,} | {r['n_train']:,} | {r['n_pairs']:,} | {s['ingest']:.1f} | {s['fit']:.1f} "
+        lines.append(f"| {r['n_serps']:,} | {r['n_train']:,} | {r.get('n_rows', float('nan')):,} | {r['n_pairs']:,} | {s['ingest']:.1f} | {s['fit']:.1f} "
                      f"| {s['predict']:.1f} | {s['evaluate']:.1f} | {s['generate']:.1f} | {s['surrogate']:.1f} "
                      f"| {r['peak_rss_gb']:.1f} |")
     lines += ["", "EM per iteration (train split; Spark = mean wall time of the fit's EM passes, LL included):", "",
@@ -210,6 +223,8 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--conf", default=str(PROJECT_ROOT / "conf" / "bench.yaml"))
     ap.add_argument("--workdir", default="/tmp/clickeval-bench")
+    ap.add_argument("--shuffle-width", type=float, default=None,
+                    help="override ingest.synthetic.shuffle_width (0: one fixed doc list per query)")
     args = ap.parse_args(argv)
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     workdir = Path(args.workdir)
@@ -218,7 +233,7 @@ def main(argv=None) -> int:
     try:
         for n in (int(x) for x in args.sizes.split(",")):
             t = time.perf_counter()
-            results.append(run_size(spark, args.conf, n, workdir, args.iterations))
+            results.append(run_size(spark, args.conf, n, workdir, args.iterations, args.shuffle_width))
             print(f"size {n:,} done in {time.perf_counter() - t:.0f} s", flush=True)
             (workdir / "results.json").write_text(json.dumps(results, indent=1))
     finally:

@@ -69,12 +69,22 @@ class ClickModel(ABC):
 
     @abstractmethod
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                       clicks: np.ndarray, mask: np.ndarray) -> Stats:
-        """E-step (or counting pass): num/den for every parameter."""
+                       clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray | None = None) -> Stats:
+        """E-step (or counting pass): num/den for every parameter.
+
+        ``weight`` (B,): how many identical SERPs each row stands for (a folded log,
+        `blocks.pack_block`); the global sums count each row that many times. The qd
+        arrays stay per row: the caller weights them as it sums them per pair.
+        """
 
     def relevance(self, qd: Mapping[str, np.ndarray]) -> np.ndarray:
         """Relevance score of a (query, doc): attractiveness unless overridden."""
         return qd["alpha"]
+
+
+def row_weight(weight: np.ndarray | None) -> np.ndarray | float:
+    """A kernel's ``weight`` as a (B, 1) column that scales per-position terms before a global sum; 1.0 if None."""
+    return 1.0 if weight is None else np.asarray(weight, dtype=np.float64)[:, None]
 
 
 def sample_clicks(model: ClickModel, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],

@@ -8,8 +8,11 @@ each block one row of numpy arrays in binary columns:
 
     block int,
     data  binary  header (B, M, n_pairs, n_train) + clicks int8 (B, M) + pair int32 (B, M)
+                  + weight int32 (B): B distinct rows, each standing for ``weight`` identical
+                  SERPs (same query, doc list and clicks: folded at pack time, so a pass's
+                  work and bytes follow the distinct rows, not the SERPs)
                   (pair = the block-local index of the rank's (query, doc), -1 = no rank;
-                  the first n_train SERPs are training data, the rest held out (valid))
+                  the first n_train rows are training data, the rest held out (valid))
     keys  binary  Arrow IPC stream: query_id, doc_id, n_obs (training impressions) of each pair
     state binary  float64 (C, 3, n_qd_params, n_pairs): per candidate fit, the pairs' current
                   values and the num / den of the last E-step (null = the start, all 0.5)
@@ -33,7 +36,7 @@ sums reach the driver, which adds them up in block order and hands the new globa
 parameters to the next iteration. This is the blocked layout Spark MLlib's ALS
 uses for the same reason (per-key state that never needs a shuffle).
 
-Determinism: a block's SERPs are sorted by serp_id, its pairs by (query_id,
+Determinism: a block's rows are sorted by their (pair, clicks) bytes, its pairs by (query_id,
 doc_id), and a group's block count depends only on its number of SERPs and
 ``block_serps``. Every sum is taken in that fixed order, so the fitted parameters
 are a function of the data and the config alone: bit-identical on any number of
@@ -89,8 +92,10 @@ def _padded(nbytes: int) -> int:
     return (nbytes + 7) // 8 * 8
 
 
-def encode_data(clicks: np.ndarray, pair: np.ndarray, n_pairs: int, n_train: int | None = None) -> bytes:
-    """clicks int8 (B, M) and pair int32 (B, M) -> one buffer (8-byte aligned sections).
+def encode_data(clicks: np.ndarray, pair: np.ndarray, n_pairs: int, n_train: int | None = None,
+                weight: np.ndarray | None = None) -> bytes:
+    """clicks int8 (B, M), pair int32 (B, M) and weight int32 (B,) (default all 1) -> one buffer
+    (8-byte aligned sections).
 
     The first ``n_train`` rows (default all) are training SERPs, the rest held out.
     """
@@ -98,18 +103,20 @@ def encode_data(clicks: np.ndarray, pair: np.ndarray, n_pairs: int, n_train: int
     head = np.array([B, M, n_pairs, B if n_train is None else n_train], dtype=np.int64).tobytes()
     c = np.ascontiguousarray(clicks, dtype=np.int8).tobytes()
     c += b"\0" * (_padded(len(c)) - len(c))
-    return head + c + np.ascontiguousarray(pair, dtype=np.int32).tobytes()
+    w = np.ones(B, dtype=np.int32) if weight is None else np.ascontiguousarray(weight, dtype=np.int32)
+    return head + c + np.ascontiguousarray(pair, dtype=np.int32).tobytes() + w.tobytes()
 
 
-def decode_data(buf) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """Inverse of `encode_data`, without copying: (clicks, pair, n_pairs, n_train)."""
+def decode_data(buf) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """Inverse of `encode_data`, without copying: (clicks, pair, weight, n_pairs, n_train)."""
     B, M, n_pairs, n_train = np.frombuffer(buf, dtype=np.int64, count=_HEADER_WORDS)
     B, M = int(B), int(M)
     off = _HEADER_WORDS * 8
     clicks = np.frombuffer(buf, dtype=np.int8, count=B * M, offset=off).reshape(B, M)
     off += _padded(B * M)
     pair = np.frombuffer(buf, dtype=np.int32, count=B * M, offset=off).reshape(B, M)
-    return clicks, pair, int(n_pairs), int(n_train)
+    weight = np.frombuffer(buf, dtype=np.int32, count=B, offset=off + 4 * B * M)
+    return clicks, pair, weight, int(n_pairs), int(n_train)
 
 
 def encode_keys(query_ids: np.ndarray, doc_ids: np.ndarray, n_obs: np.ndarray) -> bytes:
@@ -137,11 +144,28 @@ def decode_state(buf, n_candidates: int, n_params: int, n_pairs: int) -> np.ndar
 # packing (once per fit)
 # ---------------------------------------------------------------------------
 
+def fold_rows(clicks: np.ndarray, pair: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Identical (pair row, clicks row) rows folded into one: (clicks, pair, weight), rows sorted by their bytes.
+
+    Every sum of an EM pass is linear in the SERPs, so a row standing for ``weight``
+    identical SERPs gives the same sums as those SERPs, at the cost of one.
+    """
+    B, M = clicks.shape
+    if B == 0:
+        return clicks, pair, np.zeros(0, dtype=np.int32)
+    rows = np.concatenate([np.ascontiguousarray(pair, dtype=np.int32).view(np.uint8).reshape(B, 4 * M),
+                           np.ascontiguousarray(clicks, dtype=np.int8).view(np.uint8)], axis=1)
+    # one opaque value per row: np.unique then sorts rows by memcmp, a fixed order
+    keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1]))).ravel()
+    _, first, weight = np.unique(keys, return_index=True, return_counts=True)
+    return clicks[first], pair[first], weight.astype(np.int32)
+
+
 def pack_block(pdf: pd.DataFrame, M: int) -> tuple[bytes, bytes]:
     """One block's SERPs (serp_id, query_id, doc_ids, clicks, held_out; lists cut to M) -> (data, keys).
 
-    Training SERPs first, then held-out ones, each sorted by serp_id; pairs of
-    either get an index, n_obs counts training impressions only.
+    Training SERPs first, then held-out ones, each folded into weighted distinct rows
+    (`fold_rows`); pairs of either get an index, n_obs counts training impressions only.
     """
     pdf = pdf.sort_values(["held_out", "serp_id"], kind="stable")
     n_train = int((~pdf["held_out"].to_numpy(dtype=bool)).sum())
@@ -163,7 +187,9 @@ def pack_block(pdf: pd.DataFrame, M: int) -> tuple[bytes, bytes]:
         qs, ds = uniques.get_level_values(0).to_numpy(), uniques.get_level_values(1).to_numpy()
     else:
         n_obs, qs, ds = np.zeros(0, np.int64), np.array([], object), np.array([], object)
-    return encode_data(clicks, pair, len(n_obs), n_train), encode_keys(qs, ds, n_obs)
+    train, held = fold_rows(clicks[:n_train], pair[:n_train]), fold_rows(clicks[n_train:], pair[n_train:])
+    clicks, pair, weight = (np.concatenate([t, h]) for t, h in zip(train, held))
+    return encode_data(clicks, pair, len(n_obs), len(train[2]), weight), encode_keys(qs, ds, n_obs)
 
 
 @dataclass(frozen=True)
@@ -312,8 +338,8 @@ def split_stats(model: ClickModel, M: int, vec: np.ndarray) -> dict[str, np.ndar
 
 def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray, pair: np.ndarray,
              n_pairs: int, state: np.ndarray | None, update: tuple[np.ndarray, np.ndarray] | None = None, *,
-             n_train: int | None = None, estep: bool = True, ppl_eps: float | None = None,
-             slice_rows: int = SLICE_ROWS) -> tuple[np.ndarray, np.ndarray]:
+             n_train: int | None = None, weight: np.ndarray | None = None, estep: bool = True,
+             ppl_eps: float | None = None, slice_rows: int = SLICE_ROWS) -> tuple[np.ndarray, np.ndarray]:
     """One EM pass over a block: the qd M-step of the last E-step, then the LL and a new E-step.
 
     ``state`` is float64 (3, P, n_pairs): the pairs' current values, and the
@@ -324,8 +350,9 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
     the next pass because m needs the whole log's sums. Pairs without a training
     impression (seen only in held-out SERPs) get m.
 
-    The first ``n_train`` SERPs (default all) are training data: they give the
-    E-step's sums and the training LL. The rest are held out (the valid split):
+    The first ``n_train`` rows (default all) are training data: they give the
+    E-step's sums and the training LL. Row b stands for ``weight[b]`` identical
+    SERPs (default 1 each: `fold_rows`); every sum counts it that many times. The rest are held out (the valid split):
     scored only; with ``ppl_eps`` also by unconditional click probability per
     rank, clipped to [ppl_eps, 1 - ppl_eps] (perplexity, DESIGN §5). With
     ``estep`` False nothing new is estimated.
@@ -333,6 +360,7 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
     """
     B, M = clicks.shape
     n_train = B if n_train is None else n_train
+    weight = np.ones(B) if weight is None else np.asarray(weight, dtype=np.float64)
     params = model.qd_params
     P = len(params)
     shapes = dict(sorted(model.global_shapes(M).items()))
@@ -358,26 +386,27 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
     bounds = [(lo, min(lo + slice_rows, n_train)) for lo in range(0, n_train, slice_rows)]
     bounds += [(lo, min(lo + slice_rows, B)) for lo in range(n_train, B, slice_rows)]
     for lo, hi in bounds:
-        c, m_, ix = clicks[lo:hi], mask[lo:hi], index[lo:hi]
+        c, m_, ix, w = clicks[lo:hi], mask[lo:hi], index[lo:hi], weight[lo:hi]
         qd = {p: values[j][ix] for j, p in enumerate(params)}
-        part = float(log_likelihood(model.cond_probs(qd, g, c, m_), c, m_).sum())
+        part = float(log_likelihood(model.cond_probs(qd, g, c, m_), c, m_) @ w)
         if lo >= n_train:
             ll_valid += part
             if ppl_eps is not None:
                 p = np.clip(model.click_probs(qd, g, m_), ppl_eps, 1 - ppl_eps)
                 # log(1 - p), not log1p: the same terms as the SQL perplexity (click_prediction.log_lik)
-                ppl_ln += np.where(m_, np.where(c == 1, np.log(p), np.log(1.0 - p)), 0.0).sum(axis=0)
-                ppl_n += m_.sum(axis=0)
+                ppl_ln += w @ np.where(m_, np.where(c == 1, np.log(p), np.log(1.0 - p)), 0.0)
+                ppl_n += w @ m_
             continue
         ll += part
         if not estep:
             continue
-        st = model.expected_stats(qd, g, c, m_)
+        st = model.expected_stats(qd, g, c, m_, w)
         flat = ix[m_]
+        w_pos = np.broadcast_to(w[:, None], m_.shape)[m_]
         for j, p in enumerate(params):
             num, den = st.qd[p]
-            qd_num[j] += np.bincount(flat, weights=np.broadcast_to(num, m_.shape)[m_], minlength=n_pairs)
-            qd_den[j] += np.bincount(flat, weights=np.broadcast_to(den, m_.shape)[m_], minlength=n_pairs)
+            qd_num[j] += np.bincount(flat, weights=np.broadcast_to(num, m_.shape)[m_] * w_pos, minlength=n_pairs)
+            qd_den[j] += np.bincount(flat, weights=np.broadcast_to(den, m_.shape)[m_] * w_pos, minlength=n_pairs)
         for k_, s in shapes.items():
             num, den = st.glob[k_]
             g_num[k_] += np.broadcast_to(np.asarray(num, dtype=np.float64), s)
@@ -385,7 +414,8 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
     if not estep:
         qd_num, qd_den = num_prev, den_prev
     new_state = np.stack([values, qd_num, qd_den])
-    parts = [np.array([ll, float(n_train), ll_valid, float(mask[n_train:].sum()), lp]), ppl_n, ppl_ln]
+    n_valid = float(weight[n_train:] @ mask[n_train:].sum(axis=1))
+    parts = [np.array([ll, float(weight[:n_train].sum()), ll_valid, n_valid, lp]), ppl_n, ppl_ln]
     parts += [np.array([qd_num[j].sum(), qd_den[j].sum()]) for j in range(P)]
     parts += [np.concatenate([g_num[k_].ravel(), g_den[k_].ravel()]) for k_ in shapes]
     return new_state, np.concatenate(parts)
@@ -438,7 +468,7 @@ def _iteration_fn(model: ClickModel, plans: list[PassPlan], first_blocks: tuple[
             data_col, state_col = batch.column("data"), batch.column("state")
             for i, block in enumerate(batch.column("block").to_pylist()):
                 mine = lanes[_group_of(block, first_blocks)]
-                clicks, pair, n_pairs, n_train = decode_data(data_col[i].as_buffer())
+                clicks, pair, weight, n_pairs, n_train = decode_data(data_col[i].as_buffer())
                 old = state_col[i]
                 state = decode_state(old.as_buffer() if old.is_valid else None, len(mine), P, n_pairs)
                 size = sum(n for _, n in stats_layout(model, clicks.shape[1]))
@@ -450,7 +480,7 @@ def _iteration_fn(model: ClickModel, plans: list[PassPlan], first_blocks: tuple[
                         continue
                     new[slot], vec[c * size:(c + 1) * size] = em_block(
                         model, plan.g, clicks, pair, n_pairs, None if state is None else state[slot], plan.update,
-                        n_train=n_train, estep=plan.mode == "step", ppl_eps=plan.ppl_eps)
+                        n_train=n_train, weight=weight, estep=plan.mode == "step", ppl_eps=plan.ppl_eps)
                 stats.append(vec.tobytes())
                 states.append(new.tobytes())
             yield pa.RecordBatch.from_arrays(

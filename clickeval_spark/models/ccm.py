@@ -21,7 +21,7 @@ from typing import Mapping
 
 import numpy as np
 
-from clickeval_spark.models.base import Stats
+from clickeval_spark.models.base import Stats, row_weight
 from clickeval_spark.models.chain import ChainModel, chain_posteriors, safe_div
 
 
@@ -39,7 +39,7 @@ class CCM(ChainModel):
         return a, np.full(a.shape, t1), t2 * (1 - a) + t3 * a
 
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                       clicks: np.ndarray, mask: np.ndarray) -> Stats:
+                       clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray | None = None) -> Stats:
         a, skip, k = self.continuation(qd, g)
         _, t2, t3 = (float(x) for x in np.asarray(g["tau"]))
         post = chain_posteriors(a, skip, k, clicks, mask)
@@ -53,9 +53,10 @@ class CCM(ChainModel):
 
         cn, sn = post.click_next, post.skip_next
         m = mask.astype(float)
+        w = row_weight(weight)
 
         def total(x, where):
-            return float(np.where(where, x, 0.0).sum())
+            return float((np.where(where, x, 0.0) * w).sum())
 
         num = np.array([total(post.exam_next, sn), total(p_r0_go, cn), total(p_r1_go, cn)])
         den = np.array([total(post.exam, sn), total(p_r0, cn), total(p_r1, cn)])

@@ -26,7 +26,7 @@ class CM(ChainModel):
         return a, np.ones_like(a), np.zeros_like(a)  # a click ends the session
 
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                       clicks: np.ndarray, mask: np.ndarray) -> Stats:
+                       clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray | None = None) -> Stats:
         clicked = (clicks == 1) & mask
         first = first_click(clicked)
         seen = (np.arange(mask.shape[1])[None, :] <= first[:, None]) | (first[:, None] < 0)

@@ -11,7 +11,7 @@ from typing import Mapping
 
 import numpy as np
 
-from clickeval_spark.models.base import ClickModel, Stats
+from clickeval_spark.models.base import ClickModel, Stats, row_weight
 
 
 def _no_doc_relevance(name: str) -> np.ndarray:
@@ -38,9 +38,10 @@ class GCTR(ClickModel):
         return np.where(mask, float(g["ctr"]), 0.0)
 
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                       clicks: np.ndarray, mask: np.ndarray) -> Stats:
-        num = np.asarray(float(((clicks == 1) & mask).sum()))
-        den = np.asarray(float(mask.sum()))
+                       clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray | None = None) -> Stats:
+        w = row_weight(weight)
+        num = np.asarray(float((((clicks == 1) & mask) * w).sum()))
+        den = np.asarray(float((mask * w).sum()))
         return Stats(glob={"ctr": (num, den)})
 
     def relevance(self, qd: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -64,9 +65,10 @@ class RCTR(ClickModel):
         return np.where(mask, np.asarray(g["ctr"], dtype=float)[None, :], 0.0)
 
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                       clicks: np.ndarray, mask: np.ndarray) -> Stats:
-        num = ((clicks == 1) & mask).sum(axis=0).astype(float)
-        den = mask.sum(axis=0).astype(float)
+                       clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray | None = None) -> Stats:
+        w = row_weight(weight)
+        num = (((clicks == 1) & mask) * w).sum(axis=0).astype(float)
+        den = (mask * w).sum(axis=0).astype(float)
         return Stats(glob={"ctr": (num, den)})
 
     def relevance(self, qd: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -87,6 +89,6 @@ class DCTR(ClickModel):
         return np.where(mask, qd["alpha"], 0.0)
 
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                       clicks: np.ndarray, mask: np.ndarray) -> Stats:
+                       clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray | None = None) -> Stats:
         num = ((clicks == 1) & mask).astype(float)
         return Stats(qd={"alpha": (num, mask.astype(float))})

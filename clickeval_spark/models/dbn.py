@@ -18,7 +18,7 @@ from typing import Mapping
 
 import numpy as np
 
-from clickeval_spark.models.base import Stats
+from clickeval_spark.models.base import Stats, row_weight
 from clickeval_spark.models.chain import ChainModel, chain_posteriors, safe_div
 
 
@@ -36,7 +36,7 @@ class DBN(ChainModel):
         return a, np.full(a.shape, gam), gam * (1 - qd["sigma"])
 
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                       clicks: np.ndarray, mask: np.ndarray) -> Stats:
+                       clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray | None = None) -> Stats:
         a, skip, k = self.continuation(qd, g)
         s = qd["sigma"]
         gam = float(g["gamma"])
@@ -50,8 +50,9 @@ class DBN(ChainModel):
         cn, sn = post.click_next, post.skip_next
         # Satisfaction after a click at the final rank is unobservable (posterior =
         # prior): such clicks are left out of sigma and gamma rather than counted.
-        gamma_num = np.where(cn, p_go, 0.0).sum() + np.where(sn, post.exam_next, 0.0).sum()
-        gamma_den = np.where(cn, p_unsat, 0.0).sum() + np.where(sn, post.exam, 0.0).sum()
+        w = row_weight(weight)
+        gamma_num = (np.where(cn, p_go, 0.0) * w).sum() + (np.where(sn, post.exam_next, 0.0) * w).sum()
+        gamma_den = (np.where(cn, p_unsat, 0.0) * w).sum() + (np.where(sn, post.exam, 0.0) * w).sum()
         return Stats(
             qd={"alpha": (post.attract, mask.astype(float)),
                 "sigma": (np.where(cn, p_sat, 0.0), cn.astype(float))},

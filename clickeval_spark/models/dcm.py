@@ -15,7 +15,7 @@ from typing import Mapping
 
 import numpy as np
 
-from clickeval_spark.models.base import Stats
+from clickeval_spark.models.base import Stats, row_weight
 from clickeval_spark.models.chain import ChainModel, chain_posteriors, safe_div
 
 
@@ -33,7 +33,7 @@ class DCM(ChainModel):
         return a, np.ones_like(a), lam
 
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                       clicks: np.ndarray, mask: np.ndarray) -> Stats:
+                       clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray | None = None) -> Stats:
         a, skip, lam = self.continuation(qd, g)
         post = chain_posteriors(a, skip, lam, clicks, mask)
         # P(went on after the click at r | C); 1 above the last click.
@@ -41,7 +41,8 @@ class DCM(ChainModel):
         # A click at the final rank has no observable continuation: it carries no
         # information on lambda, so it is left out (den 0) instead of adding num=lambda.
         cn = post.click_next
+        w = row_weight(weight)
         return Stats(
             qd={"alpha": (post.attract, mask.astype(float))},
-            glob={"lambda": (np.where(cn, p_cont, 0.0).sum(axis=0), cn.sum(axis=0).astype(float))},
+            glob={"lambda": ((np.where(cn, p_cont, 0.0) * w).sum(axis=0), (cn * w).sum(axis=0).astype(float))},
         )

@@ -10,7 +10,7 @@ from typing import Mapping
 
 import numpy as np
 
-from clickeval_spark.models.base import ClickModel, Stats
+from clickeval_spark.models.base import ClickModel, Stats, row_weight
 from clickeval_spark.models.chain import safe_div
 
 
@@ -31,7 +31,7 @@ class PBM(ClickModel):
         return np.where(mask, qd["alpha"] * np.asarray(g["gamma"])[None, :], 0.0)
 
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                       clicks: np.ndarray, mask: np.ndarray) -> Stats:
+                       clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray | None = None) -> Stats:
         a = qd["alpha"]
         gam = np.asarray(g["gamma"])[None, :]
         clicked = (clicks == 1) & mask
@@ -40,7 +40,8 @@ class PBM(ClickModel):
         p_attr = np.where(clicked, 1.0, safe_div(a * (1 - gam), p_skip))
         p_exam = np.where(clicked, 1.0, safe_div(gam * (1 - a), p_skip))
         m = mask.astype(float)
+        mw = m * row_weight(weight)
         return Stats(
             qd={"alpha": (p_attr * m, m)},
-            glob={"gamma": ((p_exam * m).sum(axis=0), m.sum(axis=0))},
+            glob={"gamma": ((p_exam * mw).sum(axis=0), mw.sum(axis=0))},
         )

@@ -25,7 +25,7 @@ class SDBN(ChainModel):
         return a, np.ones_like(a), 1 - qd["sigma"]
 
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                       clicks: np.ndarray, mask: np.ndarray) -> Stats:
+                       clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray | None = None) -> Stats:
         clicked = (clicks == 1) & mask
         last = last_click(clicked)
         ranks = np.arange(mask.shape[1])[None, :]

@@ -13,7 +13,7 @@ from typing import Mapping
 
 import numpy as np
 
-from clickeval_spark.models.base import ClickModel, Stats
+from clickeval_spark.models.base import ClickModel, Stats, row_weight
 from clickeval_spark.models.chain import safe_div
 
 
@@ -63,7 +63,7 @@ class UBM(ClickModel):
         return out
 
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                       clicks: np.ndarray, mask: np.ndarray) -> Stats:
+                       clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray | None = None) -> Stats:
         a = qd["alpha"]
         B, M = a.shape
         lastk = last_click_above(clicks, mask)
@@ -75,6 +75,7 @@ class UBM(ClickModel):
         m = mask.astype(float)
         # Sum the examination posteriors into their (rank, last click) cells.
         cell = (np.arange(M)[None, :] * (M + 1) + lastk)[mask]
-        num = np.bincount(cell, weights=p_exam[mask], minlength=M * (M + 1)).reshape(M, M + 1)
-        den = np.bincount(cell, minlength=M * (M + 1)).astype(float).reshape(M, M + 1)
+        w = np.broadcast_to(row_weight(weight), (B, M))[mask]
+        num = np.bincount(cell, weights=p_exam[mask] * w, minlength=M * (M + 1)).reshape(M, M + 1)
+        den = np.bincount(cell, weights=w, minlength=M * (M + 1)).reshape(M, M + 1)
         return Stats(qd={"alpha": (p_attr * m, m)}, glob={"gamma": (num, den)})

@@ -48,8 +48,8 @@ def test_reference_equals_the_oracle_and_em_block(name):
 
     # the Spark task's block step, iterated on one block holding the whole log (via its binary encoding);
     # the qd M-step of pass t runs at the start of pass t + 1, so one scoring pass ends the fit
-    c, p, n_pairs, n_train = decode_data(encode_data(clicks, pair.astype(np.int32), PAIRS))
-    assert n_train == B
+    c, p, w, n_pairs, n_train = decode_data(encode_data(clicks, pair.astype(np.int32), PAIRS))
+    assert n_train == B and (w == 1).all()
     plain = model_prior(model, M, "none")
     state, update, g = None, None, model.init_global(M)
     for _ in range(ITERATIONS):

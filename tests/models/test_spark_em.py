@@ -206,6 +206,35 @@ def test_fit_on_many_small_blocks_matches_numpy_oracle(spark, monkeypatch):
     check_fit_matches_numpy_oracle(spark, "dbn")
 
 
+@pytest.mark.parametrize("name", ["ubm", "dbn"])
+def test_fit_on_repeated_serps_matches_numpy_oracle(spark, name):
+    """Every SERP three times (new serp ids): the blocks hold each once, weight 3; the fit is the oracle's on
+    the 3x log, SERP by SERP."""
+    model, M = get_model(name), 6
+    log = Log(model, n_serps=500, M=M, seed=17)
+    df = log.df(spark)
+    tripled = df.unionByName(df.withColumn("serp_id", F.concat("serp_id", F.lit("b")))).unionByName(
+        df.withColumn("serp_id", F.concat("serp_id", F.lit("c"))))
+    packed = spark_em.pack_serps(tripled, max_rank=M)
+    try:
+        weights = np.concatenate([blocks.decode_data(r["data"])[2] for r in packed.blocks.collect()])
+        assert weights.sum() == 1500 and len(weights) <= 500 and (weights % 3 == 0).all()
+        prior = model_prior(model, M, "beta", 3.0)
+        fitted = fit(packed, model, iterations=ITERATIONS, max_rank=M, prior=prior)
+    finally:
+        packed.unpersist()
+    tile = lambda a: np.concatenate([a] * 3)   # noqa: E731
+    qd_np, glob_np, hist_np = fit_numpy(model, tile(log.qd_index), log.n_pairs, tile(log.clicks), tile(log.mask),
+                                        ITERATIONS, M, prior=prior)
+    pairs, counts = log.seen_pairs()
+    expected = qd_frame(spark, log, model.qd_params, qd_np, 3 * counts, pairs)
+    assert_approx_df_equality(fitted.qd.select("query_id", "doc_id", *model.qd_params, "n_obs"), expected,
+                              1e-9, ignore_nullable=True, ignore_row_order=True)
+    for k in glob_np:
+        np.testing.assert_allclose(fitted.glob[k], glob_np[k], rtol=0, atol=1e-9, err_msg=k)
+    np.testing.assert_allclose([h[1] * 1500 for h in fitted.history[1:]], hist_np, rtol=1e-10)
+
+
 def test_fit_bit_identical_on_any_partitioning(spark):
     """Same SERPs, 1 vs 7 input partitions and 2 vs 8 shuffle partitions: equal to the last bit."""
     model = get_model("ubm")

@@ -1,0 +1,98 @@
+"""Identical SERPs folded into weighted rows (`blocks.fold_rows`) give the same EM pass as the SERPs themselves.
+
+The oracle is the unfolded block: every model's `em_block` over a log full of repeats,
+row by row, against the same log folded, for several passes with the beta prior's
+M-step, held-out scoring and the perplexity terms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from clickeval_spark.models import MODELS, get_model
+from clickeval_spark.models.blocks import (decode_data, decode_keys, em_block, fold_rows, global_params, pack_block,
+                                           split_stats)
+from clickeval_spark.models.priors import model_prior, pooled_mean
+from tests.models.numpy_em import simulate
+
+M, B, N_TRAIN, LISTS = 6, 4000, 3000, 25
+
+
+def test_fold_rows_by_hand():
+    clicks = np.array([[1, 0], [0, 0], [1, 0], [1, 0], [0, 1]], dtype=np.int8)
+    pair = np.array([[0, 1], [0, 1], [0, 1], [2, 3], [0, 1]], dtype=np.int32)
+    c, p, w = fold_rows(clicks, pair)
+    got = sorted(zip(map(tuple, p.tolist()), map(tuple, c.tolist()), w.tolist()))
+    assert got == [((0, 1), (0, 0), 1), ((0, 1), (0, 1), 1), ((0, 1), (1, 0), 2), ((2, 3), (1, 0), 1)]
+    assert w.dtype == np.int32 and c.dtype == np.int8 and p.dtype == np.int32
+    # a fixed order, whatever order the SERPs came in
+    c2, p2, w2 = fold_rows(clicks[::-1], pair[::-1])
+    assert (c2 == c).all() and (p2 == p).all() and (w2 == w).all()
+
+
+def _repeating_log(model, seed: int):
+    """B SERPs drawn from LISTS doc lists of uneven length: many (list, clicks) repeats."""
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(2, M + 1, LISTS)
+    templates = np.where(np.arange(M)[None, :] < lens[:, None],
+                         rng.integers(0, 60, (LISTS, M)), -1).astype(np.int32)
+    pair = templates[rng.integers(0, LISTS, B)]
+    mask = pair >= 0
+    qd_true = {p: rng.uniform(0.1, 0.9, 60)[np.where(mask, pair, 0)] for p in model.qd_params}
+    g_true = {k: rng.uniform(0.2, 0.9, s) for k, s in model.global_shapes(M).items()}
+    return simulate(model, qd_true, g_true, mask, rng), pair
+
+
+def _passes(model, clicks, pair, n_train, weight, passes=4):
+    prior = model_prior(model, M, "beta", 3.0)
+    k_qd = np.array([prior.qd[q].k for q in model.qd_params])
+    state, update, g, vecs = None, None, model.init_global(M), []
+    for _ in range(passes):
+        state, vec = em_block(model, g, clicks, pair, 60, state, update, n_train=n_train, weight=weight,
+                              ppl_eps=1e-6, slice_rows=900)
+        sums = split_stats(model, M, vec)
+        g, _ = global_params(model, M, sums, g, prior.glob)
+        update = (k_qd, np.array([pooled_mean(*sums[f"pool_{q}"]) for q in model.qd_params]))
+        vecs.append(vec)
+    return state, g, vecs
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_folded_block_gives_the_pass_of_its_serps(name):
+    model = get_model(name)
+    clicks, pair = _repeating_log(model, seed=len(name))
+    train, held = fold_rows(clicks[:N_TRAIN], pair[:N_TRAIN]), fold_rows(clicks[N_TRAIN:], pair[N_TRAIN:])
+    fc, fp, fw = (np.concatenate([t, h]) for t, h in zip(train, held))
+    assert len(fw) < B / 3 and fw[:len(train[2])].sum() == N_TRAIN and fw.sum() == B   # the fold bites
+
+    state, g, vecs = _passes(model, clicks, pair, N_TRAIN, None)
+    f_state, f_g, f_vecs = _passes(model, fc, fp, len(train[2]), fw)
+    np.testing.assert_allclose(f_state, state, rtol=1e-11, atol=1e-12)
+    for key in g:
+        np.testing.assert_allclose(f_g[key], g[key], rtol=1e-11, atol=1e-12, err_msg=key)
+    for vec, f_vec in zip(vecs, f_vecs):
+        sums, f_sums = split_stats(model, M, vec), split_stats(model, M, f_vec)
+        assert f_sums["n"][0] == N_TRAIN and f_sums["n_valid"][0] == (pair[N_TRAIN:] >= 0).sum()
+        for key in sums:  # ll, ll_valid, ppl terms, pooled and global sums
+            np.testing.assert_allclose(f_sums[key], sums[key], rtol=1e-11, atol=1e-9, err_msg=key)
+
+
+def test_pack_block_folds_train_and_held_out_apart():
+    # s1, s2, s4 are one training SERP three times; s3 the same SERP held out: it stays its own row
+    pdf = pd.DataFrame({
+        "serp_id": ["s1", "s2", "s3", "s4", "s5"],
+        "query_id": ["q", "q", "q", "q", "q"],
+        "doc_ids": [["a", "b"], ["a", "b"], ["a", "b"], ["a", "b"], ["b", "a"]],
+        "clicks": [[1, 0], [1, 0], [1, 0], [1, 0], [0, 0]],
+        "held_out": [False, False, True, False, False],
+    })
+    data, keys = pack_block(pdf, 3)
+    clicks, pair, weight, n_pairs, n_train = decode_data(data)
+    assert (n_pairs, n_train) == (2, 2)
+    assert pair.tolist() == [[0, 1, -1], [1, 0, -1], [0, 1, -1]]
+    assert clicks.tolist() == [[1, 0, 0], [0, 0, 0], [1, 0, 0]]
+    assert weight.tolist() == [3, 1, 1]
+    k = decode_keys(keys)
+    assert k.column("doc_id").to_pylist() == ["a", "b"] and k.column("n_obs").to_pylist() == [4, 4]
