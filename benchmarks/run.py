@@ -161,7 +161,7 @@ def run_size(spark, conf: str, n: int, workdir: Path, iterations: int, shuffle_w
                 glob, ref_times = REFERENCES[name](pair, clicks, n_pairs, iterations)
                 fitted = from_param_rows(params, get_model(name), run_id, cfg.fit.max_rank)
                 ref_s = float(np.mean(ref_times))
-                row.update(numpy_s_per_iter=ref_s, ratio=ref_s / spark_s,
+                row.update(numpy_s_per_iter=ref_s, numpy_iter_s=list(ref_times), ratio=ref_s / spark_s,
                            max_global_diff=max(float(np.max(np.abs(fitted.glob[k] - glob[k]))) for k in glob))
             out["fit"][name] = row
         del pair, clicks

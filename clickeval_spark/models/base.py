@@ -77,6 +77,17 @@ class ClickModel(ABC):
         arrays stay per row: the caller weights them as it sums them per pair.
         """
 
+    def estep_and_log_likelihood(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
+                                 clicks: np.ndarray, mask: np.ndarray,
+                                 weight: np.ndarray | None = None) -> tuple[Stats, np.ndarray]:
+        """`expected_stats` and the per-SERP `log_likelihood` under the same parameters: what an EM pass needs.
+
+        A kernel whose E-step already computes P(C_r = 1 | clicks above) overrides this to
+        reuse it instead of running `cond_probs` again (a third of a PBM pass).
+        """
+        return (self.expected_stats(qd, g, clicks, mask, weight),
+                log_likelihood(self.cond_probs(qd, g, clicks, mask), clicks, mask))
+
     def relevance(self, qd: Mapping[str, np.ndarray]) -> np.ndarray:
         """Relevance score of a (query, doc): attractiveness unless overridden."""
         return qd["alpha"]

@@ -388,8 +388,11 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
     for lo, hi in bounds:
         c, m_, ix, w = clicks[lo:hi], mask[lo:hi], index[lo:hi], weight[lo:hi]
         qd = {p: values[j][ix] for j, p in enumerate(params)}
-        part = float(log_likelihood(model.cond_probs(qd, g, c, m_), c, m_) @ w)
-        if lo >= n_train:
+        if lo >= n_train or not estep:   # scored only
+            part = float(log_likelihood(model.cond_probs(qd, g, c, m_), c, m_) @ w)
+            if lo < n_train:
+                ll += part
+                continue
             ll_valid += part
             if ppl_eps is not None:
                 p = np.clip(model.click_probs(qd, g, m_), ppl_eps, 1 - ppl_eps)
@@ -397,10 +400,9 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
                 ppl_ln += w @ np.where(m_, np.where(c == 1, np.log(p), np.log(1.0 - p)), 0.0)
                 ppl_n += w @ m_
             continue
-        ll += part
-        if not estep:
-            continue
-        st = model.expected_stats(qd, g, c, m_, w)
+        # the E-step and the LL under the same parameters, in one kernel call
+        st, row_ll = model.estep_and_log_likelihood(qd, g, c, m_, w)
+        ll += float(row_ll @ w)
         flat = ix[m_]
         w_pos = np.broadcast_to(w[:, None], m_.shape)[m_]
         for j, p in enumerate(params):

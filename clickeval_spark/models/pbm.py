@@ -10,7 +10,7 @@ from typing import Mapping
 
 import numpy as np
 
-from clickeval_spark.models.base import ClickModel, Stats, row_weight
+from clickeval_spark.models.base import ClickModel, Stats, log_likelihood, row_weight
 from clickeval_spark.models.chain import safe_div
 
 
@@ -32,16 +32,33 @@ class PBM(ClickModel):
 
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
                        clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray | None = None) -> Stats:
-        a = qd["alpha"]
-        gam = np.asarray(g["gamma"])[None, :]
-        clicked = (clicks == 1) & mask
-        p_skip = 1 - a * gam
-        # A skip is either "not examined" or "examined, not attracted".
-        p_attr = np.where(clicked, 1.0, safe_div(a * (1 - gam), p_skip))
-        p_exam = np.where(clicked, 1.0, safe_div(gam * (1 - a), p_skip))
+        a, gam = qd["alpha"], np.asarray(g["gamma"])[None, :]
+        return self._stats(a, gam, a * gam, clicks, mask, weight)
+
+    def estep_and_log_likelihood(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
+                                 clicks: np.ndarray, mask: np.ndarray,
+                                 weight: np.ndarray | None = None) -> tuple[Stats, np.ndarray]:
+        a, gam = qd["alpha"], np.asarray(g["gamma"])[None, :]
+        p = a * gam   # P(C_r = 1 | clicks above)
+        return self._stats(a, gam, p, clicks, mask, weight), log_likelihood(p, clicks, mask)
+
+    @staticmethod
+    def _stats(a, gam, p, clicks, mask, weight) -> Stats:
+        p_attr, p_exam = examination_posteriors(a, gam, p, clicks, mask)
         m = mask.astype(float)
         mw = m * row_weight(weight)
         return Stats(
             qd={"alpha": (p_attr * m, m)},
             glob={"gamma": ((p_exam * mw).sum(axis=0), mw.sum(axis=0))},
         )
+
+
+def examination_posteriors(a: np.ndarray, gam: np.ndarray, p: np.ndarray, clicks: np.ndarray,
+                           mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """P(A_r = 1 | C) and P(E_r = 1 | C) of C_r = E_r * A_r, P(A_r) = a, P(E_r) = gam, p = a * gam
+    (PBM; UBM given the clicks above r). A skip is either "not examined" or "examined, not attracted"."""
+    clicked = (clicks == 1) & mask
+    p_skip = 1 - p
+    p_attr = np.where(clicked, 1.0, safe_div(a * (1 - gam), p_skip))
+    p_exam = np.where(clicked, 1.0, safe_div(gam * (1 - a), p_skip))
+    return p_attr, p_exam

@@ -13,8 +13,8 @@ from typing import Mapping
 
 import numpy as np
 
-from clickeval_spark.models.base import ClickModel, Stats, row_weight
-from clickeval_spark.models.chain import safe_div
+from clickeval_spark.models.base import ClickModel, Stats, log_likelihood, row_weight
+from clickeval_spark.models.pbm import examination_posteriors
 
 
 def last_click_above(clicks: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -64,14 +64,22 @@ class UBM(ClickModel):
 
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
                        clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray | None = None) -> Stats:
-        a = qd["alpha"]
-        B, M = a.shape
         lastk = last_click_above(clicks, mask)
-        gam = self._exam(g, lastk)
-        clicked = (clicks == 1) & mask
-        p_skip = 1 - a * gam
-        p_attr = np.where(clicked, 1.0, safe_div(a * (1 - gam), p_skip))
-        p_exam = np.where(clicked, 1.0, safe_div(gam * (1 - a), p_skip))
+        a, gam = qd["alpha"], self._exam(g, lastk)
+        return self._stats(a, gam, a * gam, lastk, clicks, mask, weight)
+
+    def estep_and_log_likelihood(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
+                                 clicks: np.ndarray, mask: np.ndarray,
+                                 weight: np.ndarray | None = None) -> tuple[Stats, np.ndarray]:
+        lastk = last_click_above(clicks, mask)
+        a, gam = qd["alpha"], self._exam(g, lastk)
+        p = a * gam   # P(C_r = 1 | clicks above)
+        return self._stats(a, gam, p, lastk, clicks, mask, weight), log_likelihood(p, clicks, mask)
+
+    @staticmethod
+    def _stats(a, gam, p, lastk, clicks, mask, weight) -> Stats:
+        B, M = a.shape
+        p_attr, p_exam = examination_posteriors(a, gam, p, clicks, mask)
         m = mask.astype(float)
         # Sum the examination posteriors into their (rank, last click) cells.
         cell = (np.arange(M)[None, :] * (M + 1) + lastk)[mask]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from clickeval_spark.models import MODELS, get_model
-from clickeval_spark.models.base import INIT_VALUE
+from clickeval_spark.models.base import INIT_VALUE, log_likelihood
 from tests.models.numpy_em import fit_numpy, gather, simulate, total_log_likelihood
 
 EM_MODELS = sorted(name for name, m in MODELS.items() if m.iterative)
@@ -161,3 +161,25 @@ def test_em_keeps_unseen_pairs_and_unused_cells_at_init():
     assert np.all(qd["alpha"][:5] != U)
     # gamma[r, k] with k > r (a click below r) can never be observed
     assert np.all(g["gamma"][np.arange(3)[:, None] < np.arange(4)[None, :]] == U)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_estep_and_log_likelihood_is_the_two_calls_in_one(name):
+    """PBM and UBM reuse their E-step's click probabilities for the LL: the result must be the two
+    separate calls' (expected_stats, log_likelihood of cond_probs), weighted rows included."""
+    model = get_model(name)
+    rng, qd_index, n_pairs, mask = random_log(seed=len(name), B=500)
+    qd_true, g = random_truth(model, n_pairs, mask.shape[1], rng)
+    qd = gather(qd_true, qd_index, mask)
+    clicks = simulate(model, qd, g, mask, rng)
+    weight = rng.integers(1, 5, len(clicks))
+    stats, row_ll = model.estep_and_log_likelihood(qd, g, clicks, mask, weight)
+    apart = model.expected_stats(qd, g, clicks, mask, weight)
+    np.testing.assert_array_equal(row_ll, log_likelihood(model.cond_probs(qd, g, clicks, mask), clicks, mask))
+    assert sorted(stats.qd) == sorted(apart.qd) and sorted(stats.glob) == sorted(apart.glob)
+    for key in apart.qd:
+        for got, want in zip(stats.qd[key], apart.qd[key]):
+            np.testing.assert_array_equal(got, want, err_msg=key)
+    for key in apart.glob:
+        for got, want in zip(stats.glob[key], apart.glob[key]):
+            np.testing.assert_array_equal(got, want, err_msg=key)
