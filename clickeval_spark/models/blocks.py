@@ -228,7 +228,7 @@ class PackedLog:
         return tuple(g.first_block for g in self.groups)
 
     def unpersist(self) -> None:
-        self.blocks.unpersist()
+        release(self.blocks)
 
 
 def n_blocks_for(n_serps: int, block_serps: int | None = None) -> int:
@@ -253,6 +253,16 @@ def checkpointed(df: DataFrame, *, keep_cached: bool = False) -> DataFrame:
     out = df.checkpoint(eager=True)
     df.unpersist()
     return out.cache() if keep_cached else out
+
+
+def release(df: DataFrame) -> None:
+    """Free what ``df`` holds in the executors: its cache, and the RDD behind a local checkpoint
+    (`checkpointed`). ``unpersist`` alone leaves that RDD persisted until the session ends: an EM fit
+    kept one copy of every block's state per checkpoint interval (a 10M-SERP fit ran out of heap)."""
+    df.unpersist()
+    plan = df._jdf.queryExecution().analyzed()   # no public API reaches a checkpoint's RDD
+    if plan.nodeName() == "LogicalRDD":
+        plan.rdd().unpersist(False)
 
 
 def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None) -> PackedLog:
@@ -350,12 +360,12 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
     the next pass because m needs the whole log's sums. Pairs without a training
     impression (seen only in held-out SERPs) get m.
 
-    The first ``n_train`` rows (default all) are training data: they give the
-    E-step's sums and the training LL. Row b stands for ``weight[b]`` identical
-    SERPs (default 1 each: `fold_rows`); every sum counts it that many times. The rest are held out (the valid split):
-    scored only; with ``ppl_eps`` also by unconditional click probability per
-    rank, clipped to [ppl_eps, 1 - ppl_eps] (perplexity, DESIGN §5). With
-    ``estep`` False nothing new is estimated.
+    Row b stands for ``weight[b]`` identical SERPs (default 1 each: `fold_rows`);
+    every sum counts it that many times. The first ``n_train`` rows (default all)
+    are training data: they give the E-step's sums and the training LL. The rest
+    are held out (the valid split): scored only; with ``ppl_eps`` also by
+    unconditional click probability per rank, clipped to [ppl_eps, 1 - ppl_eps]
+    (perplexity, DESIGN §5). With ``estep`` False nothing new is estimated.
     Returns (new state, stats vector in `stats_layout` order).
     """
     B, M = clicks.shape

@@ -78,7 +78,7 @@ from pyspark.sql import functions as F
 from clickeval_spark.models.attach import truncate_serps
 from clickeval_spark.models.base import INIT_VALUE, ClickModel
 from clickeval_spark.models.blocks import (PackedLog, PassPlan, checkpointed, global_params, pack_log, qd_table,
-                                           run_iteration)
+                                           release, run_iteration)
 from clickeval_spark.models.fitted import FittedModel
 from clickeval_spark.models.priors import (DEFAULT_K, DEFAULT_K_GRID, DEFAULT_WARMUP, ModelPrior, log_prior,
                                            model_prior, pooled_mean)
@@ -230,14 +230,14 @@ def fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int = 20, to
                  "prior m %s, %.2f s", model.name, c.label, it, ll, c.posterior[-1], c.valid_ll,
                  c.means_text, secs)
 
-    def release(old: DataFrame) -> None:
+    def drop(old: DataFrame) -> None:   # a pass's blocks, never the packed log's
         if old is not packed.blocks:
-            old.unpersist()
+            release(old)
 
     def one_pass(plans: list[PassPlan]) -> list[dict[str, np.ndarray] | None]:
         nonlocal blocks
         new_blocks, all_sums = run_iteration(blocks, model, plans, M, packed.first_blocks)
-        release(blocks)
+        drop(blocks)
         blocks = new_blocks
         return all_sums
 
@@ -293,7 +293,7 @@ def fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int = 20, to
             qd_all = packed.blocks.sparkSession.createDataFrame(
                 [], "group int, query_id string, doc_id string, n_obs double")
     finally:
-        release(blocks)
+        drop(blocks)
     out = []
     for g, (mine, slot) in enumerate(chosen):
         best, grid = cands[mine[slot]], grids[g]

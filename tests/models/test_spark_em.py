@@ -253,6 +253,24 @@ def test_fit_bit_identical_on_any_partitioning(spark):
     assert results[0] == results[1]
 
 
+def test_a_fit_leaves_no_local_checkpoint_persisted(spark):
+    """EM cuts its lineage with a local checkpoint every checkpoint_interval passes; each one is freed once the
+    next pass is cached. Before the fix every checkpoint stayed persisted until the session ended (one copy of
+    the whole EM state each: a 10M-SERP fit ran out of heap). Only the fit's qd table stays."""
+    before = set(spark.sparkContext._jsc.getPersistentRDDs().keySet())
+
+    def new_persisted() -> int:   # by id: other tests' leftovers may be cleaned meanwhile
+        return len(set(spark.sparkContext._jsc.getPersistentRDDs().keySet()) - before)
+
+    log = Log(get_model("pbm"), n_serps=300, M=5, seed=3)
+    packed = spark_em.pack_serps(log.df(spark), max_rank=5)
+    fitted = fit(packed, get_model("pbm"), iterations=9, tol=None, max_rank=5, checkpoint_interval=2)
+    assert fitted.history[-1][0] == 9
+    assert new_persisted() == 2   # the packed log and the qd table
+    packed.unpersist()
+    assert new_persisted() == 1
+
+
 def test_one_packed_log_serves_several_models(spark):
     log = Log(get_model("pbm"), n_serps=300, M=5, seed=8)
     packed = spark_em.pack_serps(log.df(spark), max_rank=5)
