@@ -9,14 +9,15 @@ log of 10 results per SERP, Zipf-like query frequencies with n_queries = SERPs /
 simulated from a DBN), a fresh warehouse under --workdir:
 
 - ingest (generate + validate + write serps and labels), fit (pack the train split
-  into query blocks once, identical SERPs folded into weighted rows (the "rows" column:
-  with --shuffle-width 0 every query shows one fixed list, so only clicks tell its SERPs apart), then --iterations EM passes of PBM, UBM and DBN; seconds per
-  pass are the EM passes' own wall times from the fit history), predict (train, valid,
+  into query blocks once, identical SERPs folded into weighted rows (the "packed rows"
+  column: with --shuffle-width 0 every query shows one fixed list, so only clicks tell its
+  SERPs apart), then --iterations EM passes of PBM, UBM and DBN; seconds per pass are the
+  median of the EM passes' own wall times from the fit history), predict (train, valid,
   test), evaluate (every split: all N SERPs, 200 bootstrap replicates), generate (DBN,
   7 samples, original + shuffled lists, test split) + surrogate (DCM, 5 passes);
 - the numpy reference (benchmarks/numpy_reference.py) on the same train SERPs and
-  iteration count, in this process: seconds per iteration, the ratio
-  reference / Spark (1 = as fast as one numpy process; >= 0.25 is the target) and the
+  iteration count, in this process: seconds per iteration (median: the reference's first
+  passes run several times slower than its later ones), the ratio reference / Spark (1 = as fast as one numpy process; >= 0.25 is the target) and the
   largest difference between the two fits' global parameters (same model, so ~1e-12);
 - peak memory: the largest resident set of this process tree (driver, JVM, Python
   workers), sampled every 0.2 s while the size runs.
@@ -154,13 +155,13 @@ def run_size(spark, conf: str, n: int, workdir: Path, iterations: int, shuffle_w
         out["n_rows"] = distinct_rows(StageContext(spark, cfg, wh, "-").serps(("train",)), cfg.fit.max_rank)
         for name, hist in histories.items():
             per_iter = [s for _, _, s in hist[1:]]
-            spark_s = float(np.mean(per_iter))
+            spark_s = float(np.median(per_iter))
             row = {"spark_s_per_iter": spark_s, "spark_iter_s": per_iter,
                    "serp_iter_per_s": out["n_train"] / spark_s}
             if name in REFERENCES:
                 glob, ref_times = REFERENCES[name](pair, clicks, n_pairs, iterations)
                 fitted = from_param_rows(params, get_model(name), run_id, cfg.fit.max_rank)
-                ref_s = float(np.mean(ref_times))
+                ref_s = float(np.median(ref_times))
                 row.update(numpy_s_per_iter=ref_s, numpy_iter_s=list(ref_times), ratio=ref_s / spark_s,
                            max_global_diff=max(float(np.max(np.abs(fitted.glob[k] - glob[k]))) for k in glob))
             out["fit"][name] = row
@@ -194,7 +195,7 @@ def markdown(results: list[dict], args, started: str) -> str:
         lines.append(f"| {r['n_serps']:,} | {r['n_train']:,} | {r.get('n_rows', float('nan')):,} | {r['n_pairs']:,} | {s['ingest']:.1f} | {s['fit']:.1f} "
                      f"| {s['predict']:.1f} | {s['evaluate']:.1f} | {s['generate']:.1f} | {s['surrogate']:.1f} "
                      f"| {r['peak_rss_gb']:.1f} |")
-    lines += ["", "EM per iteration (train split; Spark = mean wall time of the fit's EM passes, LL included):", "",
+    lines += ["", "EM per iteration (train split; median wall time of the passes, Spark's LL included):", "",
               "| SERPs | model | Spark s/iter | SERP-iter/s | numpy s/iter | ratio numpy/Spark | x PyClick DBN "
               "| max abs diff of global params |",
               "|---|---|---|---|---|---|---|---|"]
