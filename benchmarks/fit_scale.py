@@ -7,12 +7,13 @@ n_queries = SERPs / 25), split train : valid = 10 : 1 and no test split, so the 
 holds about --train-serps SERPs and the valid split (by which `k: auto` picks the prior
 strength) a tenth of that. --shuffle-width overrides how much a query's doc list varies between
 its SERPs (bench.yaml: 6, almost every SERP distinct; 0: one fixed list per query, so SERPs
-repeat and the packed blocks fold them into weighted rows, as on a real log's head queries). The fit is the fit stage as `clickeval fit` runs it, with the
-package defaults: pack train + valid once, then EM until the log posterior per training SERP
-moves by less than fit.tol (1e-4) or 50 passes, beta prior with k auto (every grid value a
-candidate in the same passes). Ingest (generate, validate, write) is timed too, outside the target.
+repeat and the packed blocks fold them into weighted rows, as on a real log's head queries).
+The fit is the fit stage as `clickeval fit` runs it, with the package defaults: pack train +
+valid once, then EM until the log posterior per training SERP moves by less than fit.tol
+(1e-4) or 50 passes, beta prior with k auto (every grid value a candidate in the same passes).
+Ingest (generate, validate, write) is timed too, outside the target.
 
-Prints, and writes to <workdir>/fit_scale.json: SERPs, distinct packed rows, pairs, passes,
+Prints, and writes to <workdir>/fit_scale.json: SERPs, distinct packed rows, passes,
 the fit stage's wall time (read + pack + EM + model_params write), the EM passes' own seconds,
 and the peak resident memory of the process tree (driver, JVM, Python workers) during the fit.
 """
@@ -65,8 +66,9 @@ def main(argv=None) -> int:
             histories, fit_s = timed(STAGES["fit"], ctx)
         history = histories[args.model]
         out = {
-            "model": args.model, "serps": n, "shuffle_width": cfg.ingest.synthetic.shuffle_width, "train_serps": int(counts["serps_train"]),
-            "valid_serps": int(counts["serps_valid"]), "ingest_s": ingest_s, "fit_stage_s": fit_s,
+            "model": args.model, "serps": n, "shuffle_width": cfg.ingest.synthetic.shuffle_width,
+            "train_serps": int(counts["serps_train"]), "valid_serps": int(counts["serps_valid"]),
+            "ingest_s": ingest_s, "fit_stage_s": fit_s,
             "passes": len(history) - 1, "em_pass_s": [s for _, _, s in history[1:]],
             "train_ll_per_serp": history[-1][1], "peak_rss_gb": rss.peak / 2**30,
             "packed_rows": distinct_rows(ctx.serps(("train",)), cfg.fit.max_rank),

@@ -17,8 +17,9 @@ simulated from a DBN), a fresh warehouse under --workdir:
   7 samples, original + shuffled lists, test split) + surrogate (DCM, 5 passes);
 - the numpy reference (benchmarks/numpy_reference.py) on the same train SERPs and
   iteration count, in this process: seconds per iteration (median: the reference's first
-  passes run several times slower than its later ones), the ratio reference / Spark (1 = as fast as one numpy process; >= 0.25 is the target) and the
-  largest difference between the two fits' global parameters (same model, so ~1e-12);
+  passes run several times slower than its later ones), the ratio reference / Spark
+  (1 = as fast as one numpy process; >= 0.25 is the target) and the largest difference
+  between the two fits' global parameters (same model, so ~1e-12);
 - peak memory: the largest resident set of this process tree (driver, JVM, Python
   workers), sampled every 0.2 s while the size runs.
 
@@ -128,11 +129,13 @@ def reference_arrays(spark, warehouse: str, cfg, M: int):
 
 
 def distinct_rows(serps, M: int) -> int:
-    """The rows the packed blocks hold: distinct (query, first M docs, first M clicks) (a query's SERPs share a block)."""
+    """The rows the packed blocks hold: distinct (query, first M docs, first M clicks); a query's SERPs
+    share a block, so distinct over the log is the sum over the blocks."""
     return serps.select("query_id", F.slice("doc_ids", 1, M), F.slice("clicks", 1, M)).distinct().count()
 
 
-def run_size(spark, conf: str, n: int, workdir: Path, iterations: int, shuffle_width: float | None = None) -> dict:
+def run_size(spark, conf: str, n: int, workdir: Path, iterations: int,
+             shuffle_width: float | None = None) -> dict:
     wh = str(workdir / (f"warehouse-{n}" if shuffle_width is None else f"warehouse-{n}-w{shuffle_width:g}"))
     overrides = {
         "ingest.dataset": f"bench-{n}", "ingest.synthetic.n_serps": n,
@@ -152,7 +155,7 @@ def run_size(spark, conf: str, n: int, workdir: Path, iterations: int, shuffle_w
         params = tables.read_table(spark, wh, "model_params")
         pair, clicks, n_pairs = reference_arrays(spark, wh, cfg, cfg.fit.max_rank)
         out["n_pairs"] = n_pairs
-        out["n_rows"] = distinct_rows(StageContext(spark, cfg, wh, "-").serps(("train",)), cfg.fit.max_rank)
+        out["n_rows"] = distinct_rows(ctx.serps(("train",)), cfg.fit.max_rank)
         for name, hist in histories.items():
             per_iter = [s for _, _, s in hist[1:]]
             spark_s = float(np.median(per_iter))
@@ -182,17 +185,19 @@ def slope(results: list[dict], get) -> list[float]:
 
 def markdown(results: list[dict], args, started: str) -> str:
     width = "" if args.shuffle_width is None else f" --shuffle-width {args.shuffle_width:g}"
-    lines = [f"Command: `.venv/bin/python -m benchmarks.run --sizes {args.sizes} --iterations {args.iterations}{width}`",
+    lines = [f"Command: `.venv/bin/python -m benchmarks.run --sizes {args.sizes} --iterations {args.iterations}"
+             f"{width}`",
              f"Date: {started}; machine: {os.cpu_count()} cores, "
              f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
              f"{platform.platform()}; Spark local[*]; synthetic shuffle_width "
              f"{'conf/bench.yaml' if args.shuffle_width is None else args.shuffle_width}", "",
-             "| SERPs | train SERPs | packed rows (after the fold) | pairs | ingest s | fit stage s | predict s | evaluate s (N SERPs, 200 reps) "
-             "| generate s | surrogate s | peak RSS GiB |",
+             "| SERPs | train SERPs | packed rows (after the fold) | pairs | ingest s | fit stage s | predict s "
+             "| evaluate s (N SERPs, 200 reps) | generate s | surrogate s | peak RSS GiB |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         s = r["stages"]
-        lines.append(f"| {r['n_serps']:,} | {r['n_train']:,} | {r.get('n_rows', float('nan')):,} | {r['n_pairs']:,} | {s['ingest']:.1f} | {s['fit']:.1f} "
+        lines.append(f"| {r['n_serps']:,} | {r['n_train']:,} | {r['n_rows']:,} | {r['n_pairs']:,} "
+                     f"| {s['ingest']:.1f} | {s['fit']:.1f} "
                      f"| {s['predict']:.1f} | {s['evaluate']:.1f} | {s['generate']:.1f} | {s['surrogate']:.1f} "
                      f"| {r['peak_rss_gb']:.1f} |")
     lines += ["", "EM per iteration (train split; median wall time of the passes, Spark's LL included):", "",

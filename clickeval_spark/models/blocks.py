@@ -156,7 +156,7 @@ def fold_rows(clicks: np.ndarray, pair: np.ndarray) -> tuple[np.ndarray, np.ndar
     rows = np.concatenate([np.ascontiguousarray(pair, dtype=np.int32).view(np.uint8).reshape(B, 4 * M),
                            np.ascontiguousarray(clicks, dtype=np.int8).view(np.uint8)], axis=1)
     # one opaque value per row: np.unique then sorts rows by memcmp, a fixed order
-    keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1]))).ravel()
+    keys = rows.view(np.dtype((np.void, rows.shape[1]))).ravel()   # concatenate's result is C-contiguous
     _, first, weight = np.unique(keys, return_index=True, return_counts=True)
     return clicks[first], pair[first], weight.astype(np.int32)
 
