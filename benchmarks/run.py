@@ -20,6 +20,13 @@ simulated from a DBN), a fresh warehouse under --workdir:
   passes run several times slower than its later ones), the ratio reference / Spark
   (1 = as fast as one numpy process; >= 0.25 is the target) and the largest difference
   between the two fits' global parameters (same model, so ~1e-12);
+- each of ingest, predict and evaluate against a single-process reference of the same work
+  (benchmarks/stage_reference.py: pyarrow + numpy, Parquet in and out, inputs exported from
+  the tables untimed): ingest parses and checks the log written out as a per-query text file
+  (the stage ingests that file too, as a dataset of its own: generating the synthetic log is
+  not what a user's ingest does), predict gives every model's probabilities and scores for
+  all N SERPs, evaluate LL, PPL@t, NDCG@k and 200 bootstrap replicates of every split. A
+  "same work" column checks each reference's result against the stage's;
 - peak memory: the largest resident set of this process tree (driver, JVM, Python
   workers), sampled every 0.2 s while the size runs.
 
@@ -44,6 +51,7 @@ from pathlib import Path
 import numpy as np
 from pyspark.sql import functions as F
 
+from benchmarks import stage_reference as SR
 from benchmarks.numpy_reference import REFERENCES
 from clickeval_spark import tables
 from clickeval_spark.context import StageContext
@@ -146,11 +154,13 @@ def run_size(spark, conf: str, n: int, workdir: Path, iterations: int,
         overrides["ingest.synthetic.shuffle_width"] = shuffle_width
     cfg = load_config(conf, overrides)
     run_id = f"bench-{n}"
-    out: dict = {"n_serps": n, "stages": {}, "fit": {}}
+    out: dict = {"n_serps": n, "stages": {}, "fit": {}, "reference": {}}
     ctx = StageContext(spark, cfg, wh, run_id)
+    ref_dir = workdir / f"reference-{n}"
     with PeakRss() as rss:
         counts, out["stages"]["ingest"] = timed(STAGES["ingest"], ctx)
         out["n_train"] = int(counts["serps_train"])
+        out["reference"]["ingest"] = ingest_against_reference(spark, conf, overrides, ctx, ref_dir)
         histories, out["stages"]["fit"] = timed(STAGES["fit"], ctx)
         params = tables.read_table(spark, wh, "model_params")
         pair, clicks, n_pairs = reference_arrays(spark, wh, cfg, cfg.fit.max_rank)
@@ -170,12 +180,72 @@ def run_size(spark, conf: str, n: int, workdir: Path, iterations: int,
             out["fit"][name] = row
         del pair, clicks
         out["stages"]["predict"] = timed(STAGES["predict"], ctx)[1]
+        inputs = reference_inputs(ctx, params, ref_dir)
+        out["reference"]["predict"] = predict_reference(ctx, inputs, ref_dir)
         out["stages"]["evaluate"] = timed(STAGES["evaluate"], ctx)[1]
+        out["reference"]["evaluate"] = evaluate_reference(ctx, inputs, ref_dir)
         out["n_evaluated"] = n
         out["stages"]["generate"] = timed(STAGES["generate"], ctx)[1]
         out["stages"]["surrogate"] = timed(STAGES["surrogate"], ctx)[1]
     out["peak_rss_gb"] = rss.peak / 2**30
     return out
+
+
+# ----------------------------------------------------------- the stages against single-process references
+
+def ingest_against_reference(spark, conf: str, overrides: dict, ctx: StageContext, ref_dir: Path) -> dict:
+    """The benchmark log as a per-query text file (untimed), ingested by the stage (format per_query_text,
+    a dataset of its own) and by the reference: both parse, check and split the same lines."""
+    text = SR.export_text(ctx.serps(), ref_dir / "text")
+    text_cfg = load_config(conf, {**overrides, "ingest.dataset": f"{ctx.dataset}-text", "ingest.format": "per_query_text",
+                                  "ingest.paths": {"all": text}, "ingest.text_variant": "graphcm"})
+    counts, stage_s = timed(STAGES["ingest"], StageContext(spark, text_cfg, ctx.warehouse, f"{ctx.run_id}-text"))
+    split = text_cfg.ingest.split
+    ref_counts, ref_s = timed(lambda: SR.ingest(text, ref_dir / "serps-from-text.parquet",
+                                                dataset=text_cfg.ingest.dataset, max_rank=text_cfg.ingest.max_rank,
+                                                split_seed=split.seed, ratios=split.ratios))
+    return {"stage_s": stage_s, "reference_s": ref_s, "bytes": Path(text).stat().st_size,
+            "check": f"accepted {counts['serps_accepted']:,} / {ref_counts['serps_accepted']:,}"}
+
+
+def reference_inputs(ctx: StageContext, params, ref_dir: Path) -> dict:
+    """What the predict and evaluate references read, exported from the tables (untimed)."""
+    cols = ("dataset", "split", "session_id", "serp_id", "query_id", "doc_ids", "clicks")
+    M = ctx.cfg.fit.max_rank
+    return {
+        "serps": SR.export_parquet(ctx.serps().select(*cols), ref_dir / "serps"),
+        "labels": SR.export_parquet(ctx.labels(), ref_dir / "labels"),
+        "params": {name: SR.export_params(from_param_rows(params, get_model(name), ctx.run_id, M),
+                                          ref_dir / f"params-{name}") for name in ctx.cfg.fit.models},
+    }
+
+
+def predict_reference(ctx: StageContext, inputs: dict, ref_dir: Path) -> dict:
+    """Every fitted model's predictions and scores of every SERP; checked against the stage's LL per split."""
+    t = time.perf_counter()
+    lls = {name: SR.predict(inputs["serps"], p, ref_dir / name, ctx.cfg.fit.max_rank, ctx.cfg.evaluate.eps)
+           for name, p in inputs["params"].items()}
+    ref_s = time.perf_counter() - t
+    stage = json.loads(ctx.this_run("runs").where(F.col("job") == "predict").first()["details"])["log_likelihood"]
+    diff = max(abs(lls[m][s] - v) for m, by_split in stage.items() for s, v in by_split.items())
+    return {"reference_s": ref_s, "check": f"LL per split: max abs diff {diff:.1e}"}
+
+
+def evaluate_reference(ctx: StageContext, inputs: dict, ref_dir: Path) -> dict:
+    """The metrics of every model's reference predictions; checked against the stage's metric values."""
+    ecfg, names = ctx.cfg.evaluate, list(ctx.cfg.fit.models)
+    opts = SR.Options(max_rank=ctx.cfg.fit.max_rank, eps=ecfg.eps, replicates=ecfg.replicates, seed=ecfg.seed,
+                      confidence=ecfg.confidence, cutoffs=tuple(ecfg.ndcg_cutoffs))
+    rows, ref_s = timed(lambda: SR.evaluate(
+        {m: ref_dir / m / "predictions.parquet" for m in names}, inputs["serps"], inputs["labels"],
+        {m: ref_dir / m / "scores.parquet" for m in names if get_model(m).qd_params}, opts, ecfg.splits,
+        ecfg.reference_model))
+    mine = {(r["model"], r["split"], r["metric"], r["cutoff"]): r["value"] for r in rows}
+    stage = {(r["model"], r["split"], r["metric"], r["cutoff"]): r["value"]
+             for r in ctx.this_run("metrics").where(F.col("ci_low").isNotNull()).collect()}
+    diff = max(abs(mine.get(k, math.nan) - v) / max(1.0, abs(v)) for k, v in stage.items())
+    return {"reference_s": ref_s, "check": f"{len(stage)} metric values (same keys: {set(mine) == set(stage)}): "
+                                           f"max rel diff {diff:.1e}"}
 
 
 def slope(results: list[dict], get) -> list[float]:
@@ -200,6 +270,14 @@ def markdown(results: list[dict], args, started: str) -> str:
                      f"| {s['ingest']:.1f} | {s['fit']:.1f} "
                      f"| {s['predict']:.1f} | {s['evaluate']:.1f} | {s['generate']:.1f} | {s['surrogate']:.1f} "
                      f"| {r['peak_rss_gb']:.1f} |")
+    lines += ["", "Stages against their single-process reference (benchmarks/stage_reference.py: pyarrow + numpy, "
+              "Parquet in and out; ingest on the log written as per-query text):", "",
+              "| SERPs | stage | Spark s | reference s | ratio reference/Spark | same work |", "|---|---|---|---|---|---|"]
+    for r in results:
+        for stage, ref in r["reference"].items():
+            spark_s = ref.get("stage_s", r["stages"][stage])
+            lines.append(f"| {r['n_serps']:,} | {stage} | {spark_s:.1f} | {ref['reference_s']:.1f} "
+                         f"| {ref['reference_s'] / spark_s:.3f} | {ref['check']} |")
     lines += ["", "EM per iteration (train split; median wall time of the passes, Spark's LL included):", "",
               "| SERPs | model | Spark s/iter | SERP-iter/s | numpy s/iter | ratio numpy/Spark | x PyClick DBN "
               "| max abs diff of global params |",
