@@ -1,0 +1,140 @@
+"""Where the ingest, predict and evaluate stages spend their time, on a warehouse `benchmarks.run` left behind.
+
+    .venv/bin/python -m benchmarks.run --sizes 1000000            # leaves <workdir>/warehouse-1000000
+    .venv/bin/python -m benchmarks.stage_breakdown --size 1000000
+
+Each stage is timed cumulatively, one step more each time, every step ending in Spark's `noop`
+sink (the plan runs in full, nothing is written), then the stage itself as the stage runs it
+(its Delta writes into a scratch warehouse): the differences say what each step costs. Each
+step runs twice in one session; the table shows the second (warm) time and the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from functools import reduce
+from pathlib import Path
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from clickeval_spark import ingest
+from clickeval_spark.config import PROJECT_ROOT, load_config
+from clickeval_spark.context import StageContext
+from clickeval_spark.metrics import bootstrap
+from clickeval_spark.metrics.evaluate import KEYS, MetricOptions, session_statistics
+from clickeval_spark.models.attach import attach_qd, truncate_serps
+from clickeval_spark.models.params_io import load_fitted
+from clickeval_spark.runtime import session_for
+from clickeval_spark.stages import STAGES
+
+
+def _noop(df: DataFrame) -> None:
+    df.write.format("noop").mode("overwrite").save()
+
+
+def _twice(label: str, fn, out: list) -> None:
+    times = []
+    for _ in range(2):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    out.append((label, times[1], times[0]))
+    print(f"{label}: {times[1]:.1f} s (first {times[0]:.1f} s)", flush=True)
+
+
+def ingest_steps(ctx: StageContext, text_cfg, out: list) -> None:
+    icfg = text_cfg.ingest
+    parsed = lambda: ingest.parse_serps(ctx.spark, icfg)  # noqa: E731
+    _twice("ingest: read and number the lines (text -> raw rows)",
+           lambda: _noop(parsed().select("source", "line", "raw")), out)
+    _twice("ingest: + parse the fields and JSON lists", lambda: _noop(parsed()), out)
+
+    def checked() -> None:
+        o = ingest.run_ingest(ctx.spark, icfg, parsed(), None, "breakdown")
+        _noop(o.serps)
+        o.quarantine.unpersist()
+    _twice("ingest: + rules, duplicates, splits, persist, per-file counts (accepted rows)", checked, out)
+
+
+def predict_steps(ctx: StageContext, out: list) -> None:
+    cfg = ctx.cfg
+    serps = ctx.serps(tuple(dict.fromkeys(("train", *cfg.predict.splits))))
+    params = ctx.read("model_params")
+    fitted = {n: load_fitted(params, n, ctx.run_id, cfg.fit.max_rank) for n in cfg.fit.models}
+    _twice("predict: read the SERPs (N rows)", lambda: _noop(serps.select("serp_id", "doc_ids", "clicks")), out)
+
+    def attached() -> None:
+        for f in fitted.values():
+            base = truncate_serps(serps, f.max_rank, keep=("dataset", "split", "serp_id"))
+            _noop(attach_qd(base, f.qd, list(f.model.qd_params), f.prior))
+    _twice(f"predict: + attach each model's qd parameters ({len(fitted)} models)", attached, out)
+    _twice("predict: + the kernels in Python (mapInPandas), every model",
+           lambda: _noop(reduce(DataFrame.unionByName, [f.predict(serps) for f in fitted.values()])), out)
+
+
+def evaluate_steps(ctx: StageContext, out: list) -> None:
+    ecfg, models = ctx.cfg.evaluate, ctx.cfg.evaluated_models
+    opts = MetricOptions.from_config(ecfg, ctx.cfg.fit.max_rank)
+    preds = ctx.this_run("click_predictions", dataset=ctx.dataset).where(
+        F.col("split").isin(*ecfg.splits) & F.col("model").isin(*models))
+    scores = ctx.this_run("relevance_scores").where(F.col("model").isin(*models)).select(
+        "model", "query_id", "doc_id", "score")
+    ranked = sorted({r["model"] for r in scores.select("model").distinct().collect()})
+    _twice("evaluate: read click_predictions", lambda: _noop(preds), out)
+
+    def stats(with_ndcg: bool):
+        return session_statistics(preds.select("model", "dataset", "split", "serp_id", "clicks", "p_click_cond",
+                                               "p_click"), ctx.serps(ecfg.splits), ctx.labels() if with_ndcg else None,
+                                  scores, ranked, opts)
+    _twice("evaluate: + per-session click statistics", lambda: _noop(stats(False)[0]), out)
+    _twice("evaluate: + NDCG per labelled SERP", lambda: _noop(stats(True)[0]), out)
+
+    def replicates() -> None:
+        s, cols = stats(True)
+        bootstrap.replicate_sums(s, KEYS, cols, opts.seed, opts.replicates).collect()
+    _twice(f"evaluate: + {opts.replicates} bootstrap replicates (collected sums)", replicates, out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, required=True)
+    ap.add_argument("--workdir", default="/tmp/clickeval-bench")
+    args = ap.parse_args(argv)
+    n, workdir = args.size, Path(args.workdir)
+    wh = str(workdir / f"warehouse-{n}")
+    conf = PROJECT_ROOT / "conf" / "bench.yaml"
+    cfg = load_config(conf, {"ingest.dataset": f"bench-{n}", "spark.warehouse": wh})
+    [text] = (workdir / f"reference-{n}" / "text").glob("part-*")
+    text_cfg = load_config(conf, {"ingest.dataset": f"bench-{n}-text", "ingest.format": "per_query_text",
+                                  "ingest.paths": {"all": str(text)}, "ingest.text_variant": "graphcm"})
+    spark = session_for(cfg, "stage-breakdown")
+    out: list = []
+    scratch = workdir / "breakdown-scratch"
+    try:
+        ctx = StageContext(spark, cfg, wh, f"bench-{n}")
+        ingest_steps(ctx, text_cfg, out)
+        predict_steps(ctx, out)
+        evaluate_steps(ctx, out)
+        # the stages themselves, writing into a scratch copy of the warehouse (ingest: of the text file)
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.copytree(wh, scratch)
+        copy = StageContext(spark, cfg, str(scratch), f"bench-{n}")
+        _twice("ingest stage (text log, Delta writes and counts)",
+               lambda: STAGES["ingest"](StageContext(spark, text_cfg, str(scratch), f"bench-{n}-text")), out)
+        _twice("predict stage (Delta writes, LL re-read, relevance scores)", lambda: STAGES["predict"](copy), out)
+        _twice("evaluate stage (Delta write)", lambda: STAGES["evaluate"](copy), out)
+    finally:
+        spark.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"\n`.venv/bin/python -m benchmarks.stage_breakdown --size {n}`, {n:,} SERPs:\n")
+    print("| step (cumulative) | s (second run) | s (first run) |\n|---|---|---|")
+    for label, warm, first in out:
+        print(f"| {label} | {warm:.1f} | {first:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
