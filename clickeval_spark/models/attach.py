@@ -1,6 +1,9 @@
 """Bringing fitted per-(query, doc) parameters to SERPs, and SERP lists as padded numpy arrays:
 what predict and the sampler share (EM packs its own blocks, models/blocks.py).
 
+The kernels' side runs in `mapInArrow`: list columns reach numpy as their flat values and
+lengths, and go back the same way, with no Python object per SERP (`batch_arrays`, `list_array`).
+
 `truncate_serps` is the one place that decides which SERPs the models see (fit,
 predict and the sampler all start there).
 """
@@ -10,7 +13,8 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
@@ -175,34 +179,43 @@ def _constant(value: float):
     return fn
 
 
-def pad(series: pd.Series, M: int, dtype, fill=0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pad a Series of 1-D arrays (lengths <= M) to (B, M).
-
-    Returns (padded, mask, lengths). Vectorised: one concatenate and one masked store.
-    """
-    arrs = series.to_numpy()
-    lens = np.fromiter((len(a) for a in arrs), dtype=np.int64, count=len(arrs))
-    mask = np.arange(M)[None, :] < lens[:, None]
-    out = np.full((len(arrs), M), fill, dtype=dtype)
-    if len(arrs):
-        out[mask] = np.concatenate(arrs).astype(dtype, copy=False)
-    return out, mask, lens
+def _lengths(lists: pa.Array | np.ndarray) -> np.ndarray:
+    """Each list's length (0 for a null list), as int64: an Arrow list array, or a numpy array of lists."""
+    if isinstance(lists, pa.Array):
+        return pc.fill_null(pc.list_value_length(lists), 0).to_numpy().astype(np.int64)
+    return np.fromiter((len(a) for a in lists), dtype=np.int64, count=len(lists))
 
 
-def list_lengths(doc_lists: np.ndarray, click_lists: np.ndarray) -> np.ndarray:
+def padded(lists: pa.Array, mask: np.ndarray, dtype, fill=0) -> np.ndarray:
+    """A list column as a (B, M) array, ``fill`` where ``mask`` is False: the lists' flat values stored
+    through the mask in one step (no per-row Python). Null elements become NaN (floats)."""
+    out = np.full(mask.shape, fill, dtype=dtype)
+    out[mask] = lists.flatten().to_numpy(zero_copy_only=False)
+    return out
+
+
+def list_array(values: np.ndarray, mask: np.ndarray, lens: np.ndarray) -> pa.ListArray:
+    """(B, M) values back to one list per row, of the row's length: the inverse of `padded`."""
+    offsets = np.zeros(len(lens) + 1, dtype=np.int32)
+    np.cumsum(lens, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values[mask]))
+
+
+def list_lengths(doc_lists: pa.Array | np.ndarray, click_lists: pa.Array | np.ndarray) -> np.ndarray:
     """Each SERP's list length; a clicks list of another length than its doc list is an error
     (ingest quarantines such SERPs, so this only guards against unvalidated input)."""
-    lens = np.fromiter((len(a) for a in doc_lists), dtype=np.int64, count=len(doc_lists))
-    click_lens = np.fromiter((len(a) for a in click_lists), dtype=np.int64, count=len(click_lists))
+    lens, click_lens = _lengths(doc_lists), _lengths(click_lists)
     if not np.array_equal(lens, click_lens):
         raise ValueError("serps rows with clicks and doc_ids of different lengths; "
                          "run them through ingest (which quarantines them) first")
     return lens
 
 
-def batch_arrays(pdf: pd.DataFrame, M: int, params: Sequence[str]):
-    """(clicks int8 (B, M), mask, lengths, {p: (B, M) float64}) of a batch with attached params."""
-    list_lengths(pdf["doc_ids"].to_numpy(), pdf["clicks"].to_numpy())
-    clicks, mask, lens = pad(pdf["clicks"], M, np.int8, 0)
-    qd = {p: pad(pdf[qd_array_col(p)], M, np.float64, INIT_VALUE)[0] for p in params}
+def batch_arrays(batch: pa.RecordBatch, M: int, params: Sequence[str]):
+    """(clicks int8 (B, M), mask, lengths, {p: (B, M) float64}) of an Arrow batch (`mapInArrow`) with
+    attached params (lists of at most M ranks: `truncate_serps`)."""
+    lens = list_lengths(batch.column("doc_ids"), batch.column("clicks"))
+    mask = np.arange(M)[None, :] < lens[:, None]
+    clicks = padded(batch.column("clicks"), mask, np.int8, 0)
+    qd = {p: padded(batch.column(qd_array_col(p)), mask, np.float64, INIT_VALUE) for p in params}
     return clicks, mask, lens, qd

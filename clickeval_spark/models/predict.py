@@ -1,6 +1,6 @@
 """Click probabilities and relevance scores from a fitted click model.
 
-Both run the kernel inside ``mapInPandas`` on parameters attached to the SERP
+Both run the kernel in Python (``mapInArrow`` / ``mapInPandas``) on parameters attached to the SERP
 arrays exactly as in EM (`attach.attach_qd`: per-query maps for queries with
 few docs, a (query, doc) join for head queries); pairs unseen in training get
 ``fitted.prior``. Only the global
@@ -13,10 +13,11 @@ from typing import Iterator
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from clickeval_spark.models.attach import attach_qd, batch_arrays, qd_array_col, truncate_serps
+from clickeval_spark.models.attach import attach_qd, batch_arrays, list_array, qd_array_col, truncate_serps
 from clickeval_spark.models.fitted import FittedModel
 
 # one row per SERP; element i of each array is rank i + 1 (DESIGN §2 click_predictions)
@@ -29,23 +30,18 @@ def _predict_fn(fitted: FittedModel):
     model, g, M = fitted.model, fitted.glob, fitted.max_rank
     params = list(model.qd_params)
 
-    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        for pdf in batches:
-            if len(pdf) == 0:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows == 0:
                 continue
-            clicks, mask, lens, qd = batch_arrays(pdf, M, params)
+            clicks, mask, lens, qd = batch_arrays(batch, M, params)
             p_cond = np.asarray(model.cond_probs(qd, g, clicks, mask), dtype=np.float64)
             p_click = np.asarray(model.click_probs(qd, g, mask), dtype=np.float64)
-            # the padded (B, M) arrays back to one list per SERP: split the masked values at the SERP ends
-            ends = np.cumsum(lens)[:-1]
-            yield pd.DataFrame({
-                "dataset": pdf["dataset"].to_numpy(),
-                "split": pdf["split"].to_numpy(),
-                "serp_id": pdf["serp_id"].to_numpy(),
-                "clicks": np.split(clicks[mask].astype(np.int32), ends),
-                "p_click_cond": np.split(p_cond[mask], ends),
-                "p_click": np.split(p_click[mask], ends),
-            })
+            yield pa.RecordBatch.from_arrays(
+                [batch.column("dataset"), batch.column("split"), batch.column("serp_id"),
+                 list_array(clicks.astype(np.int32), mask, lens), list_array(p_cond, mask, lens),
+                 list_array(p_click, mask, lens)],
+                names=["dataset", "split", "serp_id", "clicks", "p_click_cond", "p_click"])
 
     return run
 
@@ -65,7 +61,7 @@ def predict_clicks(serps: DataFrame, fitted: FittedModel) -> DataFrame:
             *[qd_array_col(p) for p in params]]
     return (
         joined.select(*cols)
-        .mapInPandas(_predict_fn(fitted), PREDICTION_SCHEMA)
+        .mapInArrow(_predict_fn(fitted), PREDICTION_SCHEMA)
         .select("dataset", "split", "serp_id", "clicks", "p_click_cond", "p_click")
     )
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 from typing import Iterator
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.models.base import sample_clicks
 from clickeval_spark.hashing import seeded_uniform
-from clickeval_spark.models.attach import attach_qd, batch_arrays, pad, truncate_serps
+from clickeval_spark.models.attach import attach_qd, batch_arrays, list_array, padded, truncate_serps
 from clickeval_spark.models.fitted import FittedModel
 
 _LIST_COLS = ("doc_ids", "vtypes", "clicks")
@@ -42,17 +42,17 @@ def _sample_fn(fitted: FittedModel, out_cols: list[str], deterministic: bool):
     model, g, M = fitted.model, fitted.glob, fitted.max_rank
     params = list(model.qd_params)
 
-    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        for pdf in batches:
-            if len(pdf) == 0:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows == 0:
                 continue
-            _, mask, lens, qd = batch_arrays(pdf, M, params)
-            u, _, _ = pad(pdf["_u"], M, np.float64, 1.0)
-            clicks = sample_clicks(model, qd, g, mask, u, deterministic=deterministic)
-            flat = clicks[mask].astype(np.int32)
-            out = pdf[out_cols].copy()
-            out["clicks"] = np.split(flat, np.cumsum(lens)[:-1])
-            yield out
+            _, mask, lens, qd = batch_arrays(batch, M, params)
+            u = padded(batch.column("_u"), mask, np.float64, 1.0)
+            clicks = list_array(sample_clicks(model, qd, g, mask, u, deterministic=deterministic).astype(np.int32),
+                                mask, lens)
+            # every other column passes through as the Arrow array it came in
+            yield pa.RecordBatch.from_arrays([clicks if c == "clicks" else batch.column(c) for c in out_cols],
+                                             names=out_cols)
 
     return run
 
@@ -90,6 +90,6 @@ def sample_serps(serps: DataFrame, fitted: FittedModel, *, k: int, seed: int,
         + [T.StructField("sample_idx", T.IntegerType(), False)]
     )
     return (
-        joined.mapInPandas(_sample_fn(fitted, out_cols, deterministic), schema)
+        joined.mapInArrow(_sample_fn(fitted, out_cols, deterministic), schema)
         .select(*out_cols)
     )

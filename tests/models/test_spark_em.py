@@ -13,6 +13,7 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from chispa import assert_approx_df_equality, assert_df_equality
 from pyspark.sql import functions as F
@@ -173,6 +174,26 @@ def check_fit_matches_numpy_oracle(spark, name, kind="beta"):
 # ---------------------------------------------------------------------------
 # attach_qd: the map route (small queries) and the join route (large queries)
 # ---------------------------------------------------------------------------
+
+def test_arrow_batches_to_padded_arrays_and_back():
+    """The kernels' side of mapInArrow: a sliced batch (list offsets not starting at 0) to (B, M) arrays,
+    INIT_VALUE / 0 where no rank; and the values back to one list per row; unequal lists fail."""
+    alpha = attach.qd_array_col("alpha")
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([["x"], ["a", "b", "c"], ["d"], ["e", "f"]]),
+         pa.array([[1], [0, 1, 0], [1], [0, 1]], pa.list_(pa.int32())),
+         pa.array([[0.9], [0.1, 0.2, 0.3], [0.4], [0.6, 0.7]])],
+        names=["doc_ids", "clicks", alpha]).slice(1)
+    clicks, mask, lens, qd = attach.batch_arrays(batch, 4, ["alpha"])
+    assert lens.tolist() == [3, 1, 2]
+    assert clicks.tolist() == [[0, 1, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0]]
+    assert qd["alpha"].tolist() == [[0.1, 0.2, 0.3, INIT_VALUE], [0.4] + [INIT_VALUE] * 3, [0.6, 0.7] + [INIT_VALUE] * 2]
+    assert attach.list_array(qd["alpha"] * 10, mask, lens).to_pylist() == [[1.0, 2.0, 3.0], [4.0], [6.0, 7.0]]
+    bad = pa.RecordBatch.from_arrays([batch.column("doc_ids"), pa.array([[0], [1], [0, 1]], pa.list_(pa.int32()))],
+                                     names=["doc_ids", "clicks"])
+    with pytest.raises(ValueError, match="different lengths"):
+        attach.batch_arrays(bad, 4, [])
+
 
 def test_attach_qd_routes_agree(spark):
     df = spark.createDataFrame([
