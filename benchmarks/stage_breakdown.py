@@ -1,7 +1,7 @@
 """Where the ingest, predict and evaluate stages spend their time, on a warehouse `benchmarks.run` left behind.
 
     .venv/bin/python -m benchmarks.run --sizes 1000000            # leaves <workdir>/warehouse-1000000
-    .venv/bin/python -m benchmarks.stage_breakdown --size 1000000
+    .venv/bin/python -m benchmarks.stage_breakdown --size 1000000 [--stages predict,evaluate]
 
 Each stage is timed cumulatively, one step more each time, every step ending in Spark's `noop`
 sink (the plan runs in full, nothing is written), then the stage itself as the stage runs it
@@ -102,7 +102,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, required=True)
     ap.add_argument("--workdir", default="/tmp/clickeval-bench")
+    ap.add_argument("--stages", default="ingest,predict,evaluate", help="which of ingest, predict, evaluate")
     args = ap.parse_args(argv)
+    stages = args.stages.split(",")
     n, workdir = args.size, Path(args.workdir)
     wh = str(workdir / f"warehouse-{n}")
     conf = PROJECT_ROOT / "conf" / "bench.yaml"
@@ -115,17 +117,21 @@ def main(argv=None) -> int:
     scratch = workdir / "breakdown-scratch"
     try:
         ctx = StageContext(spark, cfg, wh, f"bench-{n}")
-        ingest_steps(ctx, text_cfg, out)
-        predict_steps(ctx, out)
-        evaluate_steps(ctx, out)
+        steps = {"ingest": lambda: ingest_steps(ctx, text_cfg, out), "predict": lambda: predict_steps(ctx, out),
+                 "evaluate": lambda: evaluate_steps(ctx, out)}
+        for stage in stages:
+            steps[stage]()
         # the stages themselves, writing into a scratch copy of the warehouse (ingest: of the text file)
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.copytree(wh, scratch)
         copy = StageContext(spark, cfg, str(scratch), f"bench-{n}")
-        _twice("ingest stage (text log, Delta writes and counts)",
-               lambda: STAGES["ingest"](StageContext(spark, text_cfg, str(scratch), f"bench-{n}-text")), out)
-        _twice("predict stage (Delta writes, LL re-read, relevance scores)", lambda: STAGES["predict"](copy), out)
-        _twice("evaluate stage (Delta write)", lambda: STAGES["evaluate"](copy), out)
+        whole = {"ingest": ("ingest stage (text log, Delta writes and counts)",
+                            StageContext(spark, text_cfg, str(scratch), f"bench-{n}-text")),
+                 "predict": ("predict stage (Delta writes, LL re-read, relevance scores)", copy),
+                 "evaluate": ("evaluate stage (Delta write)", copy)}
+        for stage in stages:
+            label, stage_ctx = whole[stage]
+            _twice(label, lambda: STAGES[stage](stage_ctx), out)
     finally:
         spark.stop()
         shutil.rmtree(scratch, ignore_errors=True)
