@@ -71,7 +71,7 @@ def predict_steps(ctx: StageContext, out: list) -> None:
             base = truncate_serps(serps, f.max_rank, keep=("dataset", "split", "serp_id"))
             _noop(attach_qd(base, f.qd, list(f.model.qd_params), f.prior))
     _twice(f"predict: + attach each model's qd parameters ({len(fitted)} models)", attached, out)
-    _twice("predict: + the kernels in Python (mapInPandas), every model",
+    _twice("predict: + the kernels in Python (mapInArrow), every model",
            lambda: _noop(reduce(DataFrame.unionByName, [f.predict(serps) for f in fitted.values()])), out)
 
 
