@@ -55,6 +55,7 @@ from benchmarks import stage_reference as SR
 from benchmarks.numpy_reference import REFERENCES
 from clickeval_spark import tables
 from clickeval_spark.context import StageContext
+from clickeval_spark.metrics.evaluate import MetricOptions
 from clickeval_spark.stages import STAGES
 from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.models import get_model
@@ -234,8 +235,7 @@ def predict_reference(ctx: StageContext, inputs: dict, ref_dir: Path) -> dict:
 def evaluate_reference(ctx: StageContext, inputs: dict, ref_dir: Path) -> dict:
     """The metrics of every model's reference predictions; checked against the stage's metric values."""
     ecfg, names = ctx.cfg.evaluate, list(ctx.cfg.fit.models)
-    opts = SR.Options(max_rank=ctx.cfg.fit.max_rank, eps=ecfg.eps, replicates=ecfg.replicates, seed=ecfg.seed,
-                      confidence=ecfg.confidence, cutoffs=tuple(ecfg.ndcg_cutoffs))
+    opts = MetricOptions.from_config(ecfg, ctx.cfg.fit.max_rank)
     rows, ref_s = timed(lambda: SR.evaluate(
         {m: ref_dir / m / "predictions.parquet" for m in names}, inputs["serps"], inputs["labels"],
         {m: ref_dir / m / "scores.parquet" for m in names if get_model(m).qd_params}, opts, ecfg.splits,

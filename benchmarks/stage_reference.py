@@ -42,6 +42,8 @@ from pyspark.sql import functions as F
 
 from clickeval_spark.config import SPLITS
 from clickeval_spark.metrics.bootstrap import percentile_interval, poisson_weights
+from clickeval_spark.metrics.evaluate import MetricOptions
+from clickeval_spark.models.attach import list_array, padded
 from clickeval_spark.models.base import ClickModel
 from clickeval_spark.models.fitted import FittedModel
 
@@ -74,11 +76,15 @@ def _per_list(items: pa.ListArray, bad_item: np.ndarray) -> np.ndarray:
     return np.bincount(parents, weights=bad_item, minlength=len(items)) > 0
 
 
+def session_hash(sessions: np.ndarray, seed: int) -> np.ndarray:
+    """A seeded 64-bit hash (uint64) per session id: pandas' SipHash (Spark's split and bootstrap use
+    xxhash64, so the reference draws other, equally distributed values)."""
+    return pd.util.hash_array(sessions.astype(object), hash_key=f"{seed:016d}"[-16:], categorize=False)
+
+
 def session_uniform(sessions: np.ndarray, seed: int) -> np.ndarray:
-    """U[0, 1) per session id from a seeded 64-bit hash (pandas' SipHash; Spark's split uses xxhash64)."""
-    key = f"{seed:016d}"[-16:]
-    h = pd.util.hash_array(sessions.astype(object), hash_key=key, categorize=False)
-    return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    """U[0, 1) per session id from `session_hash`."""
+    return (session_hash(sessions, seed) >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 
 
 def ingest(path: str | Path, out: str | Path, *, dataset: str, max_rank: int, split_seed: int,
@@ -125,7 +131,8 @@ def ingest(path: str | Path, out: str | Path, *, dataset: str, max_rank: int, sp
         broken |= hit
 
     # serp_pos: 1-based position in file order within the session (a stable sort by session keeps it)
-    codes = pc.dictionary_encode(session).indices.to_numpy()
+    encoded = pc.dictionary_encode(session)
+    codes = encoded.indices.to_numpy()
     order = np.argsort(codes, kind="stable")
     sorted_codes = codes[order]
     starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
@@ -135,7 +142,7 @@ def ingest(path: str | Path, out: str | Path, *, dataset: str, max_rank: int, sp
 
     names = [s for s in SPLITS if ratios.get(s, 0) > 0]
     edges = np.cumsum([ratios[s] for s in names]) / sum(ratios[s] for s in names)
-    uniques = pc.dictionary_encode(session).dictionary.to_numpy(zero_copy_only=False)
+    uniques = encoded.dictionary.to_numpy(zero_copy_only=False)
     split_of_session = np.minimum(np.searchsorted(edges, session_uniform(uniques, split_seed), side="right"),
                                   len(names) - 1)
     split = pa.DictionaryArray.from_arrays(pa.array(split_of_session[codes], pa.int32()), pa.array(names))
@@ -171,6 +178,11 @@ def _pair_keys(queries: pa.Array, docs: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise(queries, docs, _KEY_SEP)
 
 
+def _first_ranks(column: pa.ChunkedArray, mask: np.ndarray, dtype) -> np.ndarray:
+    """A list column's first M elements as a (B, M) matrix, 0 where masked."""
+    return padded(pc.list_slice(column.combine_chunks(), 0, mask.shape[1]), mask, dtype)
+
+
 @dataclass(frozen=True)
 class Padded:
     """SERPs as (B, M) arrays: truncated lists' lengths, mask, clicks, pair keys (flattened, by rank)."""
@@ -185,17 +197,14 @@ class Padded:
         docs = pc.list_slice(serps["doc_ids"].combine_chunks(), 0, M)
         lens = pc.list_value_length(docs).to_numpy(zero_copy_only=False)
         mask = np.arange(M)[None, :] < lens[:, None]
-        clicks = np.zeros(mask.shape, dtype=np.int8)
-        if "clicks" in serps.column_names:
-            clicks[mask] = pc.list_flatten(pc.list_slice(serps["clicks"].combine_chunks(), 0, M)).to_numpy(
-                zero_copy_only=False)
+        clicks = (_first_ranks(serps["clicks"], mask, np.int8) if "clicks" in serps.column_names
+                  else np.zeros(mask.shape, dtype=np.int8))
         queries = pc.take(serps["query_id"].combine_chunks(), pa.array(np.repeat(np.arange(len(lens)), lens)))
         return cls(lens, mask, clicks, _pair_keys(queries, pc.list_flatten(docs)))
 
     def rows(self, values: np.ndarray) -> pa.ListArray:
         """(B, M) values as one list per SERP."""
-        offsets = np.r_[0, np.cumsum(self.lens)].astype(np.int32)
-        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values[self.mask]))
+        return list_array(values, self.mask, self.lens)
 
 
 def predict(serps_path: str | Path, params: Params, out_dir: str | Path, M: int,
@@ -242,24 +251,6 @@ def predict(serps_path: str | Path, params: Params, out_dir: str | Path, M: int,
 
 # --------------------------------------------------------------------------------------------- evaluate
 
-@dataclass(frozen=True)
-class Options:
-    max_rank: int = 10
-    eps: float = 1e-6
-    replicates: int = 200
-    seed: int = 20210414
-    confidence: float = 0.95
-    cutoffs: tuple[int, ...] = (1, 3, 5, 10)
-
-
-def _matrix(column: pa.ChunkedArray, mask: np.ndarray, dtype) -> np.ndarray:
-    """A list column as a (B, M) matrix, 0 where masked."""
-    out = np.zeros(mask.shape, dtype=dtype)
-    out[mask] = pc.list_flatten(pc.list_slice(column.combine_chunks(), 0, mask.shape[1])).to_numpy(
-        zero_copy_only=False)
-    return out
-
-
 def ndcg_at(grades: np.ndarray, scores: np.ndarray, cutoffs: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """(NDCG@k (L, len(cutoffs)), IDCG == 0 (L,)) per labelled SERP with exponential gain: grades NaN where
     unjudged (gain 0), scores NaN where unscored (ranked last); ties keep the shown order (DESIGN §5)."""
@@ -278,10 +269,10 @@ def _click_stats(pred: pa.Table, M: int, eps: float) -> np.ndarray:
     """Per prediction row: n_serps, clipped_cond, clipped_uncond, n_t, ln_cond_t, ln_uncond_t (t = 1..M)."""
     lens = np.minimum(pc.list_value_length(pred["p_click_cond"].combine_chunks()).to_numpy(zero_copy_only=False), M)
     mask = np.arange(M)[None, :] < lens[:, None]
-    clicks = _matrix(pred["clicks"], mask, np.int8)
+    clicks = _first_ranks(pred["clicks"], mask, np.int8)
     clipped, ln = [], []
     for column in ("p_click_cond", "p_click"):
-        p = _matrix(pred[column], mask, np.float64)
+        p = _first_ranks(pred[column], mask, np.float64)
         clip = np.clip(p, eps, 1 - eps)
         clipped.append(((clip != p) & mask).sum(axis=1, keepdims=True))
         ln.append(np.where(mask, np.where(clicks == 1, np.log(clip), np.log1p(-clip)), 0.0))
@@ -323,18 +314,21 @@ def _metrics(sums: np.ndarray, M: int, cutoffs: Sequence[int], labelled: bool) -
 
 
 def evaluate(predictions: Mapping[str, str | Path], serps_path: str | Path, labels_path: str | Path | None,
-             scores: Mapping[str, str | Path], opts: Options, splits: Sequence[str],
+             scores: Mapping[str, str | Path], opts: MetricOptions, splits: Sequence[str],
              reference_model: str | None = None) -> list[dict]:
     """Metric rows (model, split, metric, cutoff, value, ci_low, ci_high) of every model's predictions
     (`predict`'s Parquet) of `splits` on the SERPs at `serps_path`; NDCG for the models in `scores` from
-    the labels tied to SERPs (labels_path: serp_id, rank, relevance)."""
+    the labels tied to SERPs (labels_path: serp_id, rank, relevance). `opts` as the stage's (the evaluate
+    config); NDCG here is exponential gain over each SERP's own grades only."""
+    if (opts.ndcg_gain, opts.ndcg_ideal) != ("exponential", "serp"):
+        raise ValueError(f"the reference computes NDCG with exponential gain and the SERP's own ideal order, "
+                         f"not ndcg_gain={opts.ndcg_gain!r}, ndcg_ideal={opts.ndcg_ideal!r}")
     M = opts.max_rank
     serps = pq.read_table(serps_path, columns=["serp_id", "session_id", "query_id", "doc_ids"])
     serp_ids = serps["serp_id"].combine_chunks()
     sessions = pc.dictionary_encode(serps["session_id"].combine_chunks())
     session_of_serp = sessions.indices.to_numpy()
-    session_hash = pd.util.hash_array(sessions.dictionary.to_numpy(zero_copy_only=False).astype(object),
-                                      hash_key=f"{opts.seed:016d}"[-16:], categorize=False)
+    hashes = session_hash(sessions.dictionary.to_numpy(zero_copy_only=False), opts.seed)
     graded = None
     if labels_path is not None:
         labels = pq.read_table(labels_path, columns=["serp_id", "rank", "relevance"]).filter(
@@ -364,8 +358,8 @@ def evaluate(predictions: Mapping[str, str | Path], serps_path: str | Path, labe
             flat[~np.isnan(at)] = table["score"].to_numpy()[at[~np.isnan(at)].astype(np.int64)]
             score = np.full(shown.mask.shape, np.nan)
             score[shown.mask] = flat
-            ndcg, zero = ndcg_at(grades, score, opts.cutoffs)
-            extra = np.zeros((len(serps), 1 + len(opts.cutoffs)))
+            ndcg, zero = ndcg_at(grades, score, opts.ndcg_cutoffs)
+            extra = np.zeros((len(serps), 1 + len(opts.ndcg_cutoffs)))
             extra[rows, 0], extra[rows, 1:] = ~zero, ndcg
             stats = np.hstack([stats, extra[serp_row]])
         split = pred["split"].to_numpy(zero_copy_only=False)
@@ -374,8 +368,8 @@ def evaluate(predictions: Mapping[str, str | Path], serps_path: str | Path, labe
             # per session of the split, in session order: the bootstrap's unit
             sel = split == s
             uniq, per_session = _sum_by(session[sel], stats[sel])
-            sums = _replicate_sums(per_session, session_hash[uniq], opts.replicates)
-            reps = _metrics(sums, M, opts.cutoffs, with_ndcg and sums[0, 3 + 3 * M] > 0)
+            sums = _replicate_sums(per_session, hashes[uniq], opts.replicates)
+            reps = _metrics(sums, M, opts.ndcg_cutoffs, with_ndcg and sums[0, 3 + 3 * M] > 0)
             per_model[model, s] = reps
             for (metric, cutoff), values in reps.items():
                 rows_out.append(_row(model, s, metric, cutoff, values, opts.confidence))

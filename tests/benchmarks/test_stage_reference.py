@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from benchmarks import stage_reference as R
 from clickeval_spark import tables
+from clickeval_spark.metrics.evaluate import MetricOptions
 from clickeval_spark.models import get_model
 from clickeval_spark.models.params_io import from_param_rows
 from tests.reliability import _pipeline as P
@@ -125,8 +126,7 @@ def test_evaluate_reference_gives_the_stage_metric_values(spark, base, predicted
     ranked = [m for m in base.cfg.fit.models if get_model(m).qd_params]
     rows = R.evaluate({m: root / m / "predictions.parquet" for m in base.cfg.fit.models}, serps, labels,
                       {m: root / m / "scores.parquet" for m in ranked},
-                      R.Options(max_rank=base.cfg.fit.max_rank, eps=ecfg.eps, replicates=ecfg.replicates,
-                                seed=ecfg.seed, confidence=ecfg.confidence, cutoffs=tuple(ecfg.ndcg_cutoffs)),
+                      MetricOptions.from_config(ecfg, base.cfg.fit.max_rank),
                       ecfg.splits, ecfg.reference_model)
     mine = {(r["model"], r["split"], r["metric"], r["cutoff"]): r for r in rows}
     stage = {(r["model"], r["split"], r["metric"], r["cutoff"]): r for r in
