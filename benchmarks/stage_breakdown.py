@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import time
-from functools import reduce
 from pathlib import Path
 
 from pyspark.sql import DataFrame
@@ -26,7 +25,8 @@ from clickeval_spark.context import StageContext
 from clickeval_spark.metrics import bootstrap
 from clickeval_spark.metrics.evaluate import KEYS, MetricOptions, session_statistics
 from clickeval_spark.models.attach import attach_qd, truncate_serps
-from clickeval_spark.models.params_io import load_fitted
+from clickeval_spark.models.params_io import load_fitted, wide_qd_rows
+from clickeval_spark.models.predict import predict_models, wide_col
 from clickeval_spark.runtime import session_for
 from clickeval_spark.stages import STAGES
 
@@ -64,15 +64,17 @@ def predict_steps(ctx: StageContext, out: list) -> None:
     serps = ctx.serps(tuple(dict.fromkeys(("train", *cfg.predict.splits))))
     params = ctx.read("model_params")
     fitted = {n: load_fitted(params, n, ctx.run_id, cfg.fit.max_rank) for n in cfg.fit.models}
+    qd = wide_qd_rows(params, ctx.run_id, {n: f.model for n, f in fitted.items() if f.model.qd_params})
+    cols = [wide_col(n, p) for n, f in fitted.items() for p in f.model.qd_params]
+    prior = {wide_col(n, p): f.prior[p] for n, f in fitted.items() for p in f.model.qd_params}
     _twice("predict: read the SERPs (N rows)", lambda: _noop(serps.select("serp_id", "doc_ids", "clicks")), out)
 
     def attached() -> None:
-        for f in fitted.values():
-            base = truncate_serps(serps, f.max_rank, keep=("dataset", "split", "serp_id"))
-            _noop(attach_qd(base, f.qd, list(f.model.qd_params), f.prior))
-    _twice(f"predict: + attach each model's qd parameters ({len(fitted)} models)", attached, out)
+        base = truncate_serps(serps, cfg.fit.max_rank, keep=("dataset", "split", "serp_id"))
+        _noop(attach_qd(base, qd, cols, prior))
+    _twice(f"predict: + attach every model's qd parameters at once ({len(fitted)} models)", attached, out)
     _twice("predict: + the kernels in Python (mapInArrow), every model",
-           lambda: _noop(reduce(DataFrame.unionByName, [f.predict(serps) for f in fitted.values()])), out)
+           lambda: _noop(predict_models(serps, fitted, qd)), out)
 
 
 def evaluate_steps(ctx: StageContext, out: list) -> None:

@@ -25,6 +25,8 @@ never leave Spark.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -34,6 +36,7 @@ from clickeval_spark.models.base import ClickModel
 from clickeval_spark.models.priors import is_per_rank
 from clickeval_spark import tables
 from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.models.predict import wide_col
 
 # the table's own schema (clickeval_spark/tables.py), as a DDL string
 MODEL_PARAMS_SCHEMA = tables.MODEL_PARAMS.simpleString()
@@ -159,6 +162,19 @@ def from_param_rows(df: DataFrame, model: ClickModel, run_id: str, max_rank: int
         qd = df.sparkSession.createDataFrame([], "query_id string, doc_id string, n_obs double")
     return FittedModel(model=model, max_rank=M, qd=qd, glob=glob, prior=prior, history=[],
                        prior_spec=spec if spec["kind"] else {})
+
+
+def wide_qd_rows(df: DataFrame, run_id: str, models: Mapping[str, ClickModel]) -> DataFrame:
+    """The `predict.wide_qd` table of several models of run ``run_id`` straight from model_params rows:
+    query_id, doc_id and one column per (model, qd parameter), in one aggregation (not one per model)."""
+    wanted = [(name, p) for name, m in models.items() for p in m.qd_params]
+    rows = df.filter((F.col("run_id") == F.lit(run_id)) & F.col("query_id").isNotNull()
+                     & F.col("model").isin(*{name for name, _ in wanted}))
+    return (
+        rows.groupBy("query_id", "doc_id")
+        .agg(*[F.max(F.when((F.col("model") == name) & (F.col("param") == p), F.col("value"))).alias(wide_col(name, p))
+               for name, p in wanted])
+    )
 
 
 def load_fitted(params: DataFrame, name: str, run_id: str, max_rank: int) -> FittedModel:

@@ -1,19 +1,22 @@
-"""Click probabilities and relevance scores from a fitted click model.
+"""Click probabilities and relevance scores from fitted click models.
 
-Both run the kernel in Python (``mapInArrow`` / ``mapInPandas``) on parameters attached to the SERP
-arrays exactly as in EM (`attach.attach_qd`: per-query maps for queries with
-few docs, a (query, doc) join for head queries); pairs unseen in training get
-``fitted.prior``. Only the global
-parameters travel in the task closure.
+Several models are predicted together: their per-(query, doc) parameters sit side by side
+in one wide table (`wide_qd`: a column per (model, parameter), `wide_col`), attached to the
+SERP arrays once, exactly as in EM (`attach.attach_qd`: per-query maps for queries with few
+docs, a (query, doc) join for head queries), and one pass of Python (``mapInArrow``) runs
+every model's kernel on each batch. The models share their pairs (they were fitted on the
+same SERPs), so one attach serves them all. Pairs a model has no value for (unseen in
+training) get its ``fitted.prior``. Only the global parameters travel in the task closure.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from functools import reduce
+from typing import Iterator, Mapping
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -21,86 +24,151 @@ from clickeval_spark.models.attach import attach_qd, batch_arrays, list_array, q
 from clickeval_spark.models.fitted import FittedModel
 
 # one row per SERP; element i of each array is rank i + 1 (DESIGN §2 click_predictions)
-PREDICTION_SCHEMA = ("dataset string, split string, serp_id string, clicks array<int>, "
+PREDICTION_SCHEMA = ("model string, dataset string, split string, serp_id string, clicks array<int>, "
                      "p_click_cond array<double>, p_click array<double>")
-RELEVANCE_SCHEMA = "query_id string, doc_id string, score double"
+RELEVANCE_SCHEMA = "model string, query_id string, doc_id string, score double"
 
 
-def _predict_fn(fitted: FittedModel):
-    model, g, M = fitted.model, fitted.glob, fitted.max_rank
-    params = list(model.qd_params)
+def wide_col(model: str, p: str) -> str:
+    """The column of model ``model``'s qd parameter ``p`` in a wide qd table (`wide_qd`)."""
+    return f"{model}__{p}"
+
+
+def _wide_cols(fitted: Mapping[str, FittedModel]) -> list[str]:
+    return [wide_col(name, p) for name, f in fitted.items() for p in f.model.qd_params]
+
+
+def _wide_prior(fitted: Mapping[str, FittedModel]) -> dict[str, float]:
+    return {wide_col(name, p): float(f.prior[p]) for name, f in fitted.items() for p in f.model.qd_params}
+
+
+def wide_qd(fitted: Mapping[str, FittedModel]) -> DataFrame:
+    """query_id, doc_id and one column per (model, qd parameter), `wide_col`: every model's
+    pairs in one table, null where a model has no value for the pair.
+
+    From the models' own qd tables (one outer aggregation); the predict stage builds the
+    same table straight from model_params (`params_io.wide_qd_rows`), in one pass.
+    """
+    parts = [f.qd.select("query_id", "doc_id", *[F.col(p).cast("double").alias(wide_col(name, p))
+                                                 for p in f.model.qd_params])
+             for name, f in fitted.items() if f.model.qd_params]
+    if not parts:
+        spark = next(iter(fitted.values())).qd.sparkSession
+        return spark.createDataFrame([], "query_id string, doc_id string")
+    if len(parts) == 1:
+        return parts[0]
+    return (reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+            .groupBy("query_id", "doc_id")
+            .agg(*[F.max(c).alias(c) for c in _wide_cols(fitted)]))
+
+
+def _max_rank(fitted: Mapping[str, FittedModel]) -> int:
+    ranks = {f.max_rank for f in fitted.values()}
+    if len(ranks) != 1:
+        raise ValueError(f"models predicted together share one max_rank; got {sorted(ranks)}")
+    return ranks.pop()
+
+
+def _predict_fn(fitted: Mapping[str, FittedModel]):
+    M = _max_rank(fitted)
+    models = [(name, f.model, f.glob, {p: wide_col(name, p) for p in f.model.qd_params})
+              for name, f in fitted.items()]
+    cols = _wide_cols(fitted)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            if batch.num_rows == 0:
+            n = batch.num_rows
+            if n == 0:
                 continue
-            clicks, mask, lens, qd = batch_arrays(batch, M, params)
-            p_cond = np.asarray(model.cond_probs(qd, g, clicks, mask), dtype=np.float64)
-            p_click = np.asarray(model.click_probs(qd, g, mask), dtype=np.float64)
-            yield pa.RecordBatch.from_arrays(
-                [batch.column("dataset"), batch.column("split"), batch.column("serp_id"),
-                 list_array(clicks.astype(np.int32), mask, lens), list_array(p_cond, mask, lens),
-                 list_array(p_click, mask, lens)],
-                names=["dataset", "split", "serp_id", "clicks", "p_click_cond", "p_click"])
+            clicks, mask, lens, attached = batch_arrays(batch, M, cols)
+            observed = list_array(clicks.astype(np.int32), mask, lens)
+            for name, model, g, own in models:
+                qd = {p: attached[c] for p, c in own.items()}
+                p_cond = np.asarray(model.cond_probs(qd, g, clicks, mask), dtype=np.float64)
+                p_click = np.asarray(model.click_probs(qd, g, mask), dtype=np.float64)
+                yield pa.RecordBatch.from_arrays(
+                    [pa.repeat(name, n), batch.column("dataset"), batch.column("split"), batch.column("serp_id"),
+                     observed, list_array(p_cond, mask, lens), list_array(p_click, mask, lens)],
+                    names=["model", "dataset", "split", "serp_id", "clicks", "p_click_cond", "p_click"])
 
     return run
 
 
-def predict_clicks(serps: DataFrame, fitted: FittedModel) -> DataFrame:
-    """One row per SERP: dataset, split, serp_id, clicks array<int>, p_click_cond array<double>,
-    p_click array<double>; element i is rank i + 1 (`click_prediction.by_rank` gives one row per rank).
+def predict_models(serps: DataFrame, fitted: Mapping[str, FittedModel], qd: DataFrame | None = None) -> DataFrame:
+    """One row per (model, SERP): model (the key of ``fitted``), dataset, split, serp_id, clicks
+    array<int>, p_click_cond array<double>, p_click array<double>; element i is rank i + 1
+    (`click_prediction.by_rank` gives one row per rank).
 
     p_click_cond = P(C_r = 1 | the SERP's observed clicks above r); p_click =
     P(C_r = 1) with earlier clicks marginalised. Ranks beyond the fitted
-    max_rank are not predicted; SERPs without a query or results are skipped.
+    max_rank (shared by the models) are not predicted; SERPs without a query or
+    results are skipped. ``qd``: the models' `wide_qd` table, when the caller has a
+    cheaper way to build it.
     """
-    params = list(fitted.model.qd_params)
-    base = truncate_serps(serps, fitted.max_rank, keep=("dataset", "split", "serp_id"))
-    joined = attach_qd(base, fitted.qd, params, fitted.prior)
-    cols = ["dataset", "split", "serp_id", "query_id", "doc_ids", "clicks",
-            *[qd_array_col(p) for p in params]]
+    cols = _wide_cols(fitted)
+    base = truncate_serps(serps, _max_rank(fitted), keep=("dataset", "split", "serp_id"))
+    attached = attach_qd(base, wide_qd(fitted) if qd is None and cols else qd, cols, _wide_prior(fitted))
     return (
-        joined.select(*cols)
+        attached.select("dataset", "split", "serp_id", "query_id", "doc_ids", "clicks",
+                        *[qd_array_col(c) for c in cols])
         .mapInArrow(_predict_fn(fitted), PREDICTION_SCHEMA)
-        .select("dataset", "split", "serp_id", "clicks", "p_click_cond", "p_click")
+        .select("model", "dataset", "split", "serp_id", "clicks", "p_click_cond", "p_click")
     )
 
 
-def _relevance_fn(fitted: FittedModel):
-    model = fitted.model
-    params = list(model.qd_params)
+def predict_clicks(serps: DataFrame, fitted: FittedModel) -> DataFrame:
+    """`predict_models` for one model, without the model column."""
+    return predict_models(serps, {fitted.model.name: fitted}).drop("model")
 
-    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        for pdf in batches:
-            if len(pdf) == 0:
+
+def _relevance_fn(fitted: Mapping[str, FittedModel]):
+    models = [(name, f.model, {p: (wide_col(name, p), float(f.prior[p])) for p in f.model.qd_params})
+              for name, f in fitted.items()]
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            n = batch.num_rows
+            if n == 0:
                 continue
-            qd = {p: pdf[p].to_numpy(dtype=np.float64).reshape(-1, 1) for p in params}
-            score = np.asarray(model.relevance(qd), dtype=np.float64).reshape(-1)
-            yield pd.DataFrame({"query_id": pdf["query_id"].to_numpy(),
-                                "doc_id": pdf["doc_id"].to_numpy(), "score": score})
+            for name, model, own in models:
+                # a pair the model has no value for (unseen in its training) takes its prior
+                qd = {p: pc.fill_null(batch.column(c), prior).to_numpy(zero_copy_only=False).reshape(-1, 1)
+                      for p, (c, prior) in own.items()}
+                score = np.asarray(model.relevance(qd), dtype=np.float64).reshape(-1)
+                yield pa.RecordBatch.from_arrays(
+                    [pa.repeat(name, n), batch.column("query_id"), batch.column("doc_id"), pa.array(score)],
+                    names=["model", "query_id", "doc_id", "score"])
 
     return run
 
 
-def relevance_scores(fitted: FittedModel, pairs: DataFrame | None = None) -> DataFrame:
-    """query_id, doc_id, score for every (query, doc) pair of the training log and of ``pairs``:
-    the kernel's ``relevance`` (attractiveness; alpha * sigma for DBN / SDBN).
+def relevance_models(fitted: Mapping[str, FittedModel], pairs: DataFrame | None = None,
+                     qd: DataFrame | None = None) -> DataFrame:
+    """model, query_id, doc_id, score for every (query, doc) pair of the training log and of
+    ``pairs``, per model: the kernel's ``relevance`` (attractiveness; alpha * sigma for DBN / SDBN).
 
     Pairs unseen in training are scored from the model's prior (the pooled
     training estimate, ``fitted.prior``), so every document of an evaluated SERP
     has a score. Models without per-(query, doc) parameters (GCTR, RCTR) cannot
-    rank documents: ValueError (the kernel's own message).
+    rank documents: ValueError (the kernel's own message). ``qd``: as in `predict_models`.
     """
-    params = list(fitted.model.qd_params)
-    if not params:
-        fitted.model.relevance({})  # the kernel raises with its reason
-        raise ValueError(f"{fitted.model.name} has no per-(query, doc) parameter to score")
-    known = fitted.qd.select("query_id", "doc_id", *[F.col(p).cast("double").alias(p) for p in params])
+    for name, f in fitted.items():
+        if not f.model.qd_params:
+            f.model.relevance({})  # the kernel raises with its reason
+            raise ValueError(f"{name} has no per-(query, doc) parameter to score")
+    cols = _wide_cols(fitted)
+    known = (wide_qd(fitted) if qd is None else qd).select(
+        "query_id", "doc_id", *[F.col(c).cast("double").alias(c) for c in cols])
     if pairs is not None:
         unseen = pairs.select("query_id", "doc_id").distinct().join(known, on=["query_id", "doc_id"], how="left_anti")
-        known = known.unionByName(
-            unseen.select("query_id", "doc_id", *[F.lit(float(fitted.prior[p])).alias(p) for p in params]))
+        known = known.unionByName(unseen.select("query_id", "doc_id", *[F.lit(None).cast("double").alias(c)
+                                                                          for c in cols]))
     return (
-        known.mapInPandas(_relevance_fn(fitted), RELEVANCE_SCHEMA)
-        .select("query_id", "doc_id", "score")
+        known.mapInArrow(_relevance_fn(fitted), RELEVANCE_SCHEMA)
+        .select("model", "query_id", "doc_id", "score")
     )
+
+
+def relevance_scores(fitted: FittedModel, pairs: DataFrame | None = None) -> DataFrame:
+    """`relevance_models` for one model, without the model column: query_id, doc_id, score."""
+    return relevance_models({fitted.model.name: fitted}, pairs).drop("model")

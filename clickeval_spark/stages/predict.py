@@ -5,14 +5,13 @@ Scores cover every shown or judged (query, doc) pair."""
 from __future__ import annotations
 
 import math
-from functools import reduce
 
-from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from clickeval_spark.context import StageContext
 from clickeval_spark.metrics.click_prediction import log_likelihood_by_model
-from clickeval_spark.models.params_io import load_fitted
+from clickeval_spark.models.params_io import load_fitted, wide_qd_rows
+from clickeval_spark.models.predict import predict_models, relevance_models
 
 
 def run(ctx: StageContext) -> dict[str, dict[str, float]]:
@@ -21,24 +20,23 @@ def run(ctx: StageContext) -> dict[str, dict[str, float]]:
     params = ctx.read("model_params")
     names = tuple(cfg.fit.models)
 
-    def tagged(name: str, rows: DataFrame) -> DataFrame:
-        return rows.select(F.lit(ctx.run_id).alias("run_id"), F.lit(name).alias("model"), "*")
-
-    # every model's rows in one write per table (one job and one commit, not one per model)
+    # every model in one attach, one kernel pass and one write per table (one job and one commit,
+    # not one per model): the models share their (query, doc) pairs
     with ctx.record("predict") as run:
         fitted = {name: load_fitted(params, name, ctx.run_id, cfg.fit.max_rank) for name in names}
-        preds = reduce(DataFrame.unionByName, [tagged(name, f.predict(serps)) for name, f in fitted.items()])
-        ctx.write(preds, "click_predictions", {"run_id": ctx.run_id, "model": names})
         ranked = tuple(name for name, f in fitted.items() if f.model.qd_params)
+        qd = wide_qd_rows(params, ctx.run_id, {name: fitted[name].model for name in ranked}) if ranked else None
+        tag = F.lit(ctx.run_id).alias("run_id")
+        ctx.write(predict_models(serps, fitted, qd).select(tag, "*"), "click_predictions",
+                  {"run_id": ctx.run_id, "model": names})
         if ranked:
             shown = serps.select("query_id", F.explode("doc_ids").alias("doc_id"))
             labels = ctx.labels()
             if labels is not None:
                 # labelled SERPs need a score for every judged doc, seen in training or not
                 shown = shown.unionByName(labels.select("query_id", "doc_id"))
-            scores = reduce(DataFrame.unionByName, [tagged(name, fitted[name].relevance(pairs=shown))
-                                                    for name in ranked])
-            ctx.write(scores, "relevance_scores", {"run_id": ctx.run_id, "model": ranked})
+            scores = relevance_models({name: fitted[name] for name in ranked}, pairs=shown, qd=qd)
+            ctx.write(scores.select(tag, "*"), "relevance_scores", {"run_id": ctx.run_id, "model": ranked})
         # GCTR / RCTR give every document the same score: no ranking to evaluate
         run.details["relevance_scores"] = {name: name in ranked for name in names}
         stats = log_likelihood_by_model(ctx.this_run("click_predictions").where(F.col("model").isin(*names)))

@@ -10,20 +10,22 @@ import subprocess
 import sys
 import textwrap
 from datetime import date
+from functools import reduce
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
 from chispa import assert_approx_df_equality, assert_df_equality
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.models import MODELS, get_model
 from clickeval_spark.models.base import INIT_VALUE, sample_clicks
-from clickeval_spark.models.params_io import MODEL_PARAMS_SCHEMA, from_param_rows, to_param_rows
+from clickeval_spark.models.params_io import MODEL_PARAMS_SCHEMA, from_param_rows, to_param_rows, wide_qd_rows
 from clickeval_spark.metrics.click_prediction import by_rank
-from clickeval_spark.models.predict import predict_clicks, relevance_scores
+from clickeval_spark.models.predict import predict_clicks, predict_models, relevance_models, relevance_scores
 from clickeval_spark.hashing import seeded_uniform
 from clickeval_spark.models.sampling import sample_serps
 from clickeval_spark.models import attach, blocks, spark_em
@@ -474,6 +476,51 @@ def test_relevance_scores(spark):
     gctr, _, _ = hand_fitted(spark, get_model("gctr"), log, seed=2)
     with pytest.raises(ValueError, match="gctr"):
         relevance_scores(gctr)
+
+
+def test_models_predicted_together_match_each_kernel(spark):
+    """Several models through one wide qd table, one attach and one kernel pass: every model's rows are
+    its own kernel's probabilities and scores, a pair another model knows but this one does not
+    takes this model's prior, and the wide table built from model_params rows gives the same rows."""
+    log = Log(get_model("dbn"), n_serps=50, M=5, seed=11, n_queries=4, pool=8, extra=3)
+    parts = {name: hand_fitted(spark, get_model(name), log, seed=seed)
+             for name, seed in (("pbm", 3), ("dbn", 4), ("ubm", 8), ("gctr", 5))}
+    fitted = {name: f for name, (f, _, _) in parts.items()}
+    assert not np.array_equal(parts["pbm"][2], parts["dbn"][2])   # the models know different pairs
+    expected = []
+    for name, (f, full, _) in parts.items():
+        qd = gather(full, log.qd_index, log.mask)
+        p_cond = f.model.cond_probs(qd, f.glob, log.clicks, log.mask)
+        p_click = f.model.click_probs(qd, f.glob, log.mask)
+        for b, row in enumerate(log.rows):
+            m = log.mask[b]
+            expected.append((name, row[3], log.clicks[b, m].tolist(), p_cond[b, m].tolist(), p_click[b, m].tolist()))
+    schema = "model string, serp_id string, clicks array<int>, p_click_cond array<double>, p_click array<double>"
+    cols = ["model", "serp_id", "clicks", "p_click_cond", "p_click"]
+    together = predict_models(log.df(spark), fitted).select(*cols)
+    assert_approx_df_equality(together, spark.createDataFrame(expected, schema), 1e-14, ignore_nullable=True,
+                              ignore_row_order=True)
+    stored = reduce(DataFrame.unionByName, [f.to_rows("run-1") for f in fitted.values()])
+    ranked = {name: get_model(name) for name in ("pbm", "dbn", "ubm")}
+    wide = wide_qd_rows(stored, "run-1", ranked)
+    assert_df_equality(predict_models(log.df(spark), fitted, wide).select(*cols), together,
+                       ignore_nullable=True, ignore_row_order=True)
+
+    pairs = log.df(spark).select("query_id", F.explode("doc_ids").alias("doc_id"))
+    scores = relevance_models({name: fitted[name] for name in ranked}, pairs=pairs, qd=wide)
+    # every pair of the lists (all ranks) and every pair a model knows
+    shown = sorted({int(r[5][1:]) * log.pool + int(d[1:]) for r in log.rows for d in r[6]}
+                   | set(np.concatenate([parts[n][2] for n in ranked]).tolist()))
+    want = []
+    for name in ranked:
+        full = parts[name][1]
+        score = full["alpha"] * full["sigma"] if name == "dbn" else full["alpha"]
+        want += [(name, *log.pair_key(i), float(score[i])) for i in shown]
+    assert_approx_df_equality(scores, spark.createDataFrame(want, "model string, query_id string, doc_id string, "
+                                                                  "score double"),
+                              1e-15, ignore_nullable=True, ignore_row_order=True)
+    with pytest.raises(ValueError, match="gctr"):
+        relevance_models(fitted)
 
 
 # ---------------------------------------------------------------------------
