@@ -26,7 +26,8 @@ from clickeval_spark.metrics import bootstrap
 from clickeval_spark.metrics.evaluate import KEYS, MetricOptions, session_statistics
 from clickeval_spark.models.attach import attach_qd, truncate_serps
 from clickeval_spark.models.params_io import load_fitted, wide_qd_rows
-from clickeval_spark.models.predict import predict_models, wide_col
+from clickeval_spark.models.attach import wide_col
+from clickeval_spark.models.predict import predict_models
 from clickeval_spark.runtime import session_for
 from clickeval_spark.stages import STAGES
 

@@ -10,12 +10,14 @@ number of partitions; every generator sees the same permuted lists.
 from __future__ import annotations
 
 from functools import reduce
+from typing import Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from clickeval_spark.config import CLICK_MODES, LIST_ORDERS
 from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.models.sampling import sample_models
 from clickeval_spark.tables import GENERATED_SERP_FIELDS
 
 HALF = 5  # shuffled_halves: ranks 1-5 and 6-10 are permuted separately
@@ -49,15 +51,18 @@ def reorder(serps: DataFrame, list_order: str, seed: int) -> DataFrame:
     })
 
 
-def generate(serps: DataFrame, fitted: FittedModel, generator: str, *, samples: int, click_mode: str,
-             list_orders: tuple[str, ...], seed: int) -> DataFrame:
-    """synthetic_serps rows (without run_id) of one generator and click mode, for every list order.
+def generate(serps: DataFrame, generators: Mapping[str, FittedModel], *, samples: int, click_mode: str,
+             list_orders: tuple[str, ...], seed: int, qd: DataFrame | None = None) -> DataFrame:
+    """synthetic_serps rows (without run_id) of every generator (named by its key) in one click mode,
+    for every list order.
 
-    The list orders are stacked before sampling, so the model's parameters are attached
-    once. Uniforms are keyed by (seed, serp_id, sample_idx, rank): list orders of a SERP
-    share them (common random numbers), which leaves each variant an exact sample.
-    Deterministic mode clicks where P(click | generated clicks above) > 0.5, so its
-    K samples would be identical: one sample (sample_idx 0) is written.
+    The list orders are stacked before sampling and the generators sampled together
+    (`sampling.sample_models`), so the parameters are attached once. Uniforms are keyed by
+    (seed, serp_id, sample_idx, rank): list orders and generators of a SERP share them
+    (common random numbers), which leaves each variant an exact sample. Deterministic mode
+    clicks where P(click | generated clicks above) > 0.5, so its K samples would be
+    identical: one sample (sample_idx 0) is written. ``qd``: the generators' wide qd table
+    (`attach.wide_qd`), when the caller has a cheaper way to build it.
     """
     if click_mode not in CLICK_MODES:
         raise ValueError(f"click_mode {click_mode!r}; allowed: {list(CLICK_MODES)}")
@@ -65,7 +70,8 @@ def generate(serps: DataFrame, fitted: FittedModel, generator: str, *, samples: 
     base = serps.select(*SERP_COLUMNS)
     lists = reduce(DataFrame.unionByName,
                    [reorder(base, order, seed).withColumn("list_order", F.lit(order)) for order in list_orders])
-    sampled = fitted.sample(lists, k=1 if deterministic else samples, seed=seed, deterministic=deterministic)
+    sampled = sample_models(lists, generators, k=1 if deterministic else samples, seed=seed,
+                            deterministic=deterministic, qd=qd)
     return sampled.select(
-        F.lit(generator).alias("generator_model"), "sample_idx", F.lit(click_mode).alias("click_mode"),
+        F.col("model").alias("generator_model"), "sample_idx", F.lit(click_mode).alias("click_mode"),
         "list_order", *SERP_COLUMNS)

@@ -96,7 +96,7 @@ def test_same_seed_same_rows_on_1_and_8_partitions(spark, simulated):
     test = tables.read_table(spark, warehouse, "serps").where("split = 'test'")
 
     def rows(df):
-        out = generate(df, fitted, "ubm", samples=3, click_mode="stochastic",
+        out = generate(df, {"ubm": fitted}, samples=3, click_mode="stochastic",
                        list_orders=("shuffled_halves",), seed=11)
         return sorted(tuple(r) for r in out.select("serp_id", "sample_idx", "doc_ids", "clicks").collect())
 

@@ -10,7 +10,8 @@ predict and the sampler all start there).
 
 from __future__ import annotations
 
-from typing import Sequence
+from functools import reduce
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +21,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from clickeval_spark.models.base import INIT_VALUE
+
+if TYPE_CHECKING:  # fitted.py's methods import predict and sampling, which import this module
+    from clickeval_spark.models.fitted import FittedModel
 
 
 def truncate_serps(serps: DataFrame, max_rank: int, keep: Sequence[str] = (),
@@ -170,6 +174,51 @@ def _attach_by_size(df: DataFrame, qd: DataFrame, params: Sequence[str],
           .alias(qd_array_col(p)) for p in params],
     )
     return by_map.unionByName(by_join)
+
+
+# --- several models at once: their qd parameters side by side (predict, the sampler) ----------
+
+def wide_col(model: str, p: str) -> str:
+    """The column of model ``model``'s qd parameter ``p`` in a wide qd table (`wide_qd`)."""
+    return f"{model}__{p}"
+
+
+def wide_cols(fitted: Mapping[str, FittedModel]) -> list[str]:
+    """The `wide_col` names of every model's qd parameters, models in order."""
+    return [wide_col(name, p) for name, f in fitted.items() for p in f.model.qd_params]
+
+
+def wide_prior(fitted: Mapping[str, FittedModel]) -> dict[str, float]:
+    """Each `wide_col`'s value for pairs without one: its model's prior."""
+    return {wide_col(name, p): float(f.prior[p]) for name, f in fitted.items() for p in f.model.qd_params}
+
+
+def wide_qd(fitted: Mapping[str, FittedModel]) -> DataFrame:
+    """query_id, doc_id and one column per (model, qd parameter), `wide_col`: every model's
+    pairs in one table, null where a model has no value for the pair.
+
+    From the models' own qd tables (one outer aggregation); the predict stage builds the
+    same table straight from model_params (`params_io.wide_qd_rows`), in one pass.
+    """
+    parts = [f.qd.select("query_id", "doc_id", *[F.col(p).cast("double").alias(wide_col(name, p))
+                                                 for p in f.model.qd_params])
+             for name, f in fitted.items() if f.model.qd_params]
+    if not parts:
+        spark = next(iter(fitted.values())).qd.sparkSession
+        return spark.createDataFrame([], "query_id string, doc_id string")
+    if len(parts) == 1:
+        return parts[0]
+    return (reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+            .groupBy("query_id", "doc_id")
+            .agg(*[F.max(c).alias(c) for c in wide_cols(fitted)]))
+
+
+def shared_max_rank(fitted: Mapping[str, FittedModel]) -> int:
+    """The one max_rank of models attached together."""
+    ranks = {f.max_rank for f in fitted.values()}
+    if len(ranks) != 1:
+        raise ValueError(f"models predicted together share one max_rank; got {sorted(ranks)}")
+    return ranks.pop()
 
 
 def _constant(value: float):

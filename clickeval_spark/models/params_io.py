@@ -36,7 +36,7 @@ from clickeval_spark.models.base import ClickModel
 from clickeval_spark.models.priors import is_per_rank
 from clickeval_spark import tables
 from clickeval_spark.models.fitted import FittedModel
-from clickeval_spark.models.predict import wide_col
+from clickeval_spark.models.attach import wide_col
 
 # the table's own schema (clickeval_spark/tables.py), as a DDL string
 MODEL_PARAMS_SCHEMA = tables.MODEL_PARAMS.simpleString()

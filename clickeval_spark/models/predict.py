@@ -11,7 +11,6 @@ training) get its ``fitted.prior``. Only the global parameters travel in the tas
 
 from __future__ import annotations
 
-from functools import reduce
 from typing import Iterator, Mapping
 
 import numpy as np
@@ -20,7 +19,8 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from clickeval_spark.models.attach import attach_qd, batch_arrays, list_array, qd_array_col, truncate_serps
+from clickeval_spark.models.attach import (attach_qd, batch_arrays, list_array, qd_array_col, shared_max_rank,
+                                           truncate_serps, wide_col, wide_cols, wide_prior, wide_qd)
 from clickeval_spark.models.fitted import FittedModel
 
 # one row per SERP; element i of each array is rank i + 1 (DESIGN §2 click_predictions)
@@ -29,51 +29,11 @@ PREDICTION_SCHEMA = ("model string, dataset string, split string, serp_id string
 RELEVANCE_SCHEMA = "model string, query_id string, doc_id string, score double"
 
 
-def wide_col(model: str, p: str) -> str:
-    """The column of model ``model``'s qd parameter ``p`` in a wide qd table (`wide_qd`)."""
-    return f"{model}__{p}"
-
-
-def _wide_cols(fitted: Mapping[str, FittedModel]) -> list[str]:
-    return [wide_col(name, p) for name, f in fitted.items() for p in f.model.qd_params]
-
-
-def _wide_prior(fitted: Mapping[str, FittedModel]) -> dict[str, float]:
-    return {wide_col(name, p): float(f.prior[p]) for name, f in fitted.items() for p in f.model.qd_params}
-
-
-def wide_qd(fitted: Mapping[str, FittedModel]) -> DataFrame:
-    """query_id, doc_id and one column per (model, qd parameter), `wide_col`: every model's
-    pairs in one table, null where a model has no value for the pair.
-
-    From the models' own qd tables (one outer aggregation); the predict stage builds the
-    same table straight from model_params (`params_io.wide_qd_rows`), in one pass.
-    """
-    parts = [f.qd.select("query_id", "doc_id", *[F.col(p).cast("double").alias(wide_col(name, p))
-                                                 for p in f.model.qd_params])
-             for name, f in fitted.items() if f.model.qd_params]
-    if not parts:
-        spark = next(iter(fitted.values())).qd.sparkSession
-        return spark.createDataFrame([], "query_id string, doc_id string")
-    if len(parts) == 1:
-        return parts[0]
-    return (reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
-            .groupBy("query_id", "doc_id")
-            .agg(*[F.max(c).alias(c) for c in _wide_cols(fitted)]))
-
-
-def _max_rank(fitted: Mapping[str, FittedModel]) -> int:
-    ranks = {f.max_rank for f in fitted.values()}
-    if len(ranks) != 1:
-        raise ValueError(f"models predicted together share one max_rank; got {sorted(ranks)}")
-    return ranks.pop()
-
-
 def _predict_fn(fitted: Mapping[str, FittedModel]):
-    M = _max_rank(fitted)
+    M = shared_max_rank(fitted)
     models = [(name, f.model, f.glob, {p: wide_col(name, p) for p in f.model.qd_params})
               for name, f in fitted.items()]
-    cols = _wide_cols(fitted)
+    cols = wide_cols(fitted)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -105,9 +65,9 @@ def predict_models(serps: DataFrame, fitted: Mapping[str, FittedModel], qd: Data
     results are skipped. ``qd``: the models' `wide_qd` table, when the caller has a
     cheaper way to build it.
     """
-    cols = _wide_cols(fitted)
-    base = truncate_serps(serps, _max_rank(fitted), keep=("dataset", "split", "serp_id"))
-    attached = attach_qd(base, wide_qd(fitted) if qd is None and cols else qd, cols, _wide_prior(fitted))
+    cols = wide_cols(fitted)
+    base = truncate_serps(serps, shared_max_rank(fitted), keep=("dataset", "split", "serp_id"))
+    attached = attach_qd(base, wide_qd(fitted) if qd is None and cols else qd, cols, wide_prior(fitted))
     return (
         attached.select("dataset", "split", "serp_id", "query_id", "doc_ids", "clicks",
                         *[qd_array_col(c) for c in cols])
@@ -156,7 +116,7 @@ def relevance_models(fitted: Mapping[str, FittedModel], pairs: DataFrame | None 
         if not f.model.qd_params:
             f.model.relevance({})  # the kernel raises with its reason
             raise ValueError(f"{name} has no per-(query, doc) parameter to score")
-    cols = _wide_cols(fitted)
+    cols = wide_cols(fitted)
     known = (wide_qd(fitted) if qd is None else qd).select(
         "query_id", "doc_id", *[F.col(c).cast("double").alias(c) for c in cols])
     if pairs is not None:

@@ -14,7 +14,7 @@ rows on any number of partitions.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +24,8 @@ from pyspark.sql import types as T
 
 from clickeval_spark.models.base import sample_clicks
 from clickeval_spark.hashing import seeded_uniform
-from clickeval_spark.models.attach import attach_qd, batch_arrays, list_array, padded, truncate_serps
+from clickeval_spark.models.attach import (attach_qd, batch_arrays, list_array, padded, shared_max_rank, truncate_serps,
+                                           wide_col, wide_cols, wide_prior, wide_qd)
 from clickeval_spark.models.fitted import FittedModel
 
 _LIST_COLS = ("doc_ids", "vtypes", "clicks")
@@ -38,44 +39,51 @@ def _uniforms(seed: int):
     return fn
 
 
-def _sample_fn(fitted: FittedModel, out_cols: list[str], deterministic: bool):
-    model, g, M = fitted.model, fitted.glob, fitted.max_rank
-    params = list(model.qd_params)
+def _sample_fn(fitted: Mapping[str, FittedModel], out_cols: list[str], deterministic: bool):
+    M = shared_max_rank(fitted)
+    models = [(name, f.model, f.glob, {p: wide_col(name, p) for p in f.model.qd_params})
+              for name, f in fitted.items()]
+    cols = wide_cols(fitted)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            if batch.num_rows == 0:
+            n = batch.num_rows
+            if n == 0:
                 continue
-            _, mask, lens, qd = batch_arrays(batch, M, params)
+            _, mask, lens, attached = batch_arrays(batch, M, cols)
             u = padded(batch.column("_u"), mask, np.float64, 1.0)
-            clicks = list_array(sample_clicks(model, qd, g, mask, u, deterministic=deterministic).astype(np.int32),
-                                mask, lens)
-            # every other column passes through as the Arrow array it came in
-            yield pa.RecordBatch.from_arrays([clicks if c == "clicks" else batch.column(c) for c in out_cols],
-                                             names=out_cols)
+            for name, model, g, own in models:
+                qd = {p: attached[c] for p, c in own.items()}
+                clicks = list_array(sample_clicks(model, qd, g, mask, u, deterministic=deterministic)
+                                    .astype(np.int32), mask, lens)
+                # every other column passes through as the Arrow array it came in
+                yield pa.RecordBatch.from_arrays(
+                    [pa.repeat(name, n), *[clicks if c == "clicks" else batch.column(c) for c in out_cols]],
+                    names=["model", *out_cols])
 
     return run
 
 
-def sample_serps(serps: DataFrame, fitted: FittedModel, *, k: int, seed: int,
-                 deterministic: bool = False) -> DataFrame:
-    """k generated click sequences per SERP.
+def sample_models(serps: DataFrame, fitted: Mapping[str, FittedModel], *, k: int, seed: int,
+                  deterministic: bool = False, qd: DataFrame | None = None) -> DataFrame:
+    """k generated click sequences per SERP and model, the models' parameters attached once
+    (`predict.wide_qd`; ``qd``: that table, when the caller has a cheaper way to build it).
 
-    Output: the serps columns in their order, with ``clicks`` replaced by the
-    sampled sequence, plus ``sample_idx`` int (0..k-1). Lists are cut to the
-    fitted ``max_rank`` (doc_ids, vtypes and clicks alike): the model has no
-    parameters beyond it. SERPs without a query or results are skipped.
+    Output: ``model`` (the key of ``fitted``), the serps columns in their order, with
+    ``clicks`` replaced by the sampled sequence, plus ``sample_idx`` int (0..k-1). Lists
+    are cut to the fitted ``max_rank`` (doc_ids, vtypes and clicks alike): the model has no
+    parameters beyond it. SERPs without a query or results are skipped. The uniforms
+    depend on (seed, serp_id, sample_idx, rank) only, so the models share them.
     ``deterministic``: click where P(C_r = 1 | sampled clicks above) > 0.5; the
     k samples are then identical.
     """
     if k < 1:
         raise ValueError("k must be >= 1")
-    M = fitted.max_rank
-    params = list(fitted.model.qd_params)
     cols = list(serps.columns)
-    base = truncate_serps(serps, M, keep=cols, cut=_LIST_COLS).select(*cols)
+    qd_cols = wide_cols(fitted)
+    base = truncate_serps(serps, shared_max_rank(fitted), keep=cols, cut=_LIST_COLS).select(*cols)
     # parameters are attached once per SERP, before the k copies are made
-    joined = attach_qd(base, fitted.qd, params, fitted.prior)
+    joined = attach_qd(base, wide_qd(fitted) if qd is None and qd_cols else qd, qd_cols, wide_prior(fitted))
     joined = joined.select(*joined.columns,
                            F.explode(F.sequence(F.lit(0), F.lit(int(k) - 1))).alias("sample_idx"))
     joined = joined.select(
@@ -85,11 +93,18 @@ def sample_serps(serps: DataFrame, fitted: FittedModel, *, k: int, seed: int,
     # the observed clicks only give batch_arrays the list lengths; the kernel never sees them
     out_cols = cols + ["sample_idx"]
     schema = T.StructType(
-        [T.StructField(f.name, T.ArrayType(T.IntegerType()) if f.name == "clicks" else f.dataType, True)
-         for f in serps.schema.fields]
+        [T.StructField("model", T.StringType(), False)]
+        + [T.StructField(f.name, T.ArrayType(T.IntegerType()) if f.name == "clicks" else f.dataType, True)
+           for f in serps.schema.fields]
         + [T.StructField("sample_idx", T.IntegerType(), False)]
     )
     return (
         joined.mapInArrow(_sample_fn(fitted, out_cols, deterministic), schema)
-        .select(*out_cols)
+        .select("model", *out_cols)
     )
+
+
+def sample_serps(serps: DataFrame, fitted: FittedModel, *, k: int, seed: int,
+                 deterministic: bool = False) -> DataFrame:
+    """`sample_models` for one model, without the model column."""
+    return sample_models(serps, {fitted.model.name: fitted}, k=k, seed=seed, deterministic=deterministic).drop("model")

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from clickeval_spark.context import StageContext
 from clickeval_spark.generation import generate
 from clickeval_spark.metrics import external
-from clickeval_spark.models.params_io import load_fitted
+from clickeval_spark.models.params_io import load_fitted, wide_qd_rows
 
 
 def run(ctx: StageContext) -> dict[str, int]:
@@ -24,14 +24,15 @@ def run(ctx: StageContext) -> dict[str, int]:
     names = tuple(ctx.cfg.generator_models)
     if names:
         t0 = time.perf_counter()
-        # every fitted generator's rows in one write and one commit: the sampling is the cheap part
+        # every fitted generator sampled in one attach and one kernel pass per click mode, written in one
+        # commit: the sampling is the cheap part
         with ctx.record("generate") as run:
-            parts = []
-            for name in names:
-                fitted = load_fitted(params, name, ctx.run_id, ctx.cfg.fit.max_rank)
-                parts += [generate(serps, fitted, name, samples=gcfg.samples, click_mode=mode,
-                                   list_orders=gcfg.list_orders, seed=gcfg.seed)
-                          for mode in gcfg.click_modes]
+            fitted = {name: load_fitted(params, name, ctx.run_id, ctx.cfg.fit.max_rank) for name in names}
+            ranked = {name: f.model for name, f in fitted.items() if f.model.qd_params}
+            qd = wide_qd_rows(params, ctx.run_id, ranked) if ranked else None
+            parts = [generate(serps, fitted, samples=gcfg.samples, click_mode=mode, list_orders=gcfg.list_orders,
+                              seed=gcfg.seed, qd=qd)
+                     for mode in gcfg.click_modes]
             rows = reduce(DataFrame.unionByName, parts).select(F.lit(ctx.run_id).alias("run_id"), "*")
             ctx.write(rows, "synthetic_serps", {"run_id": ctx.run_id, "generator_model": names})
             counted = dict(ctx.this_run("synthetic_serps").where(F.col("generator_model").isin(*names))

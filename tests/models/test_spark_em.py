@@ -27,7 +27,7 @@ from clickeval_spark.models.params_io import MODEL_PARAMS_SCHEMA, from_param_row
 from clickeval_spark.metrics.click_prediction import by_rank
 from clickeval_spark.models.predict import predict_clicks, predict_models, relevance_models, relevance_scores
 from clickeval_spark.hashing import seeded_uniform
-from clickeval_spark.models.sampling import sample_serps
+from clickeval_spark.models.sampling import sample_models, sample_serps
 from clickeval_spark.models import attach, blocks, spark_em
 from clickeval_spark.models.priors import model_prior
 from clickeval_spark.models.attach import attach_qd
@@ -562,12 +562,15 @@ def test_sampling_same_rows_on_any_partitioning(spark):
 
 
 def test_sampling_follows_kernel_given_the_hashed_uniforms(spark):
-    model = get_model("ubm")
-    log = Log(model, n_serps=80, M=5, seed=9, n_queries=4, pool=8)
-    fitted, full, _ = hand_fitted(spark, model, log, seed=6)
+    """Two models sampled together (one attach, one pass): each model's clicks are its own kernel's on the
+    shared uniforms, unseen pairs (which differ between the models) at each model's prior."""
+    log = Log(get_model("ubm"), n_serps=80, M=5, seed=9, n_queries=4, pool=8)
+    parts = {name: hand_fitted(spark, get_model(name), log, seed=seed) for name, seed in (("ubm", 6), ("pbm", 7))}
     k, seed = 3, 99
-    got = sample_serps(log.df(spark), fitted, k=k, seed=seed).select("serp_id", "sample_idx", "clicks")
-    got = {(r.serp_id, r.sample_idx): r.clicks for r in got.collect()}
+    got = sample_models(log.df(spark), {name: f for name, (f, _, _) in parts.items()}, k=k, seed=seed)
+    got = {(r.model, r.serp_id, r.sample_idx): r.clicks for r in got.select("model", "serp_id", "sample_idx",
+                                                                             "clicks").collect()}
+    assert len(got) == 2 * k * len(log.rows)
     # the uniforms, recomputed independently of the sampler's plumbing
     u_df = (spark.createDataFrame([(row[3],) for row in log.rows], "serp_id string")
             .crossJoin(spark.range(k).select(F.col("id").cast("int").alias("sample_idx")))
@@ -579,12 +582,13 @@ def test_sampling_follows_kernel_given_the_hashed_uniforms(spark):
     for r in u_df.collect():
         u[pos[r.serp_id], r.sample_idx, r.rank - 1] = r.u
     assert ((u >= 0) & (u < 1)).all() and 0.3 < u.mean() < 0.7
-    qd = gather(full, log.qd_index, log.mask)
-    for s in range(k):
-        expected = sample_clicks(model, qd, fitted.glob, log.mask, u[:, s, :])
-        for b, row in enumerate(log.rows):
-            n = min(len(row[6]), log.M)
-            assert got[(row[3], s)] == [int(c) for c in expected[b, :n]], (row[3], s)
+    for name, (fitted, full, _) in parts.items():
+        qd = gather(full, log.qd_index, log.mask)
+        for s in range(k):
+            expected = sample_clicks(fitted.model, qd, fitted.glob, log.mask, u[:, s, :])
+            for b, row in enumerate(log.rows):
+                n = min(len(row[6]), log.M)
+                assert got[(name, row[3], s)] == [int(c) for c in expected[b, :n]], (name, row[3], s)
 
 
 @pytest.mark.parametrize("name", ["dbn", "cm"])
