@@ -245,9 +245,11 @@ def _write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, datase
     quarantine = tables.read_table(spark, warehouse, "quarantine").where(
         (F.col("run_id") == run_id) & (F.col("dataset") == dataset))
     q_counts = {r["target"]: r["n"] for r in quarantine.groupBy("target").agg(F.count(F.lit(1)).alias("n")).collect()}
-    counts["serps_accepted"] = serps.count()
+    # one aggregate per table read back (rows per split), not a count per figure
+    per_split = dict(serps.groupBy("split").agg(F.count(F.lit(1)).alias("n")).collect())
+    counts["serps_accepted"] = sum(per_split.values())
     counts["serps_quarantined"] = q_counts.get("serps", 0)
-    for split, n in serps.groupBy("split").agg(F.count(F.lit(1)).alias("n")).collect():
+    for split, n in per_split.items():
         counts[f"serps_{split}"] = n
     if out.labels is not None:
         tables.replace_slice(out.labels, warehouse, "relevance_labels", {"dataset": dataset}, run_id,
@@ -255,8 +257,9 @@ def _write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, datase
         labels = tables.read_table(spark, warehouse, "relevance_labels").where(
             (F.col("dataset") == dataset) & F.expr(tables.log_date_predicate(out.label_log_dates)))
         counts["labels_quarantined"] = q_counts.get("relevance_labels", 0)
-        counts["label_rows"] = labels.count()
-        counts["label_rows_without_serp"] = labels.where(F.col("serp_id").isNull()).count()
+        [row] = labels.agg(F.count(F.lit(1)).alias("rows"),
+                           F.count_if(F.col("serp_id").isNull()).alias("without_serp")).collect()
+        counts["label_rows"], counts["label_rows_without_serp"] = row["rows"], row["without_serp"]
         counts["label_pairs_not_in_serps"] = labels.join(
             serps.select("query_id", F.explode("doc_ids").alias("doc_id")).distinct(),
             on=["query_id", "doc_id"], how="left_anti",

@@ -8,11 +8,17 @@ are functions of those sums, so the bootstrap can reweight whole sessions.
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from clickeval_spark.metrics.bootstrap import to_fixed
+from clickeval_spark.metrics.bootstrap import SCALE
+from clickeval_spark.models.attach import list_value_lengths, padded
 
 KEYS = ("model", "dataset", "split")
 
@@ -62,31 +68,60 @@ def per_serp(by_rank_rows: DataFrame) -> DataFrame:
     )
 
 
-def _at(column: str, t: int) -> Column:
-    return F.element_at(column, t)
+def _fixed(values: np.ndarray) -> np.ndarray:
+    """`bootstrap.to_fixed` in numpy: Spark's round is half away from zero (np.round is half to even).
+    Scaling by a power of two is exact, and adding 0.5 is exact below 2^52."""
+    v = values * SCALE
+    return (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int64)
+
+
+def _serp_stats_fn(max_rank: int, eps: float, keys: list[str]):
+    M = max_rank
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            # ranks beyond max_rank are not scored
+            lists = {c: pc.list_slice(batch.column(c), 0, M) for c in PREDICTED}
+            lens = list_value_lengths(lists["p_click_cond"])
+            for c in ("clicks", "p_click"):
+                if not np.array_equal(list_value_lengths(lists[c]), lens):
+                    raise ValueError(f"click_predictions rows whose {c} and p_click_cond have different lengths")
+            mask = np.arange(M)[None, :] < lens[:, None]
+            click = padded(lists["clicks"], mask, np.int64, 0) == 1
+            out = {k: batch.column(k) for k in keys}
+            terms = {}
+            for name, col in (("cond", "p_click_cond"), ("uncond", "p_click")):
+                p = padded(lists[col], mask, np.float64, 0.5)
+                # as Spark's least(greatest(p, eps), 1 - eps): NaN sorts above every number, so it clips to 1 - eps
+                q = np.where(np.isnan(p), 1.0 - eps, np.clip(p, eps, 1.0 - eps))
+                out[f"clipped_{name}"] = pa.array(((p != q) & mask).sum(axis=1).astype(np.int64))
+                with np.errstate(divide="ignore"):
+                    terms[name] = np.where(mask, _fixed(np.where(click, np.log(q), np.log(1.0 - q))), 0)
+            for t in range(M):
+                out[f"n_{t + 1}"] = pa.array(mask[:, t].astype(np.int64))
+                out[f"ln_cond_{t + 1}"] = pa.array(terms["cond"][:, t])
+                out[f"ln_uncond_{t + 1}"] = pa.array(terms["uncond"][:, t])
+            yield pa.RecordBatch.from_pydict(out)
+
+    return run
 
 
 def serp_stats(predictions: DataFrame, max_rank: int, eps: float) -> DataFrame:
     """KEYS, serp_id + stat_columns(max_rank) but n_serps, one row per SERP, straight from the arrays
-    (no explode): the rank-t columns read element t. Log terms are fixed-point longs."""
-    n = F.size("p_click_cond")
-    zero = F.lit(0).cast("long")
-    per_rank = []
-    for t in range(1, max_rank + 1):
-        here = n >= t
-        per_rank += [
-            here.cast("long").alias(f"n_{t}"),
-            F.when(here, to_fixed(log_lik(clipped(_at("p_click_cond", t), eps), _at("clicks", t)))).otherwise(zero)
-            .alias(f"ln_cond_{t}"),
-            F.when(here, to_fixed(log_lik(clipped(_at("p_click", t), eps), _at("clicks", t)))).otherwise(zero)
-            .alias(f"ln_uncond_{t}"),
-        ]
-
-    def n_clipped(column: str) -> Column:
-        return F.size(F.filter(F.slice(column, 1, max_rank), lambda p: p != clipped(p, eps))).cast("long")
-
-    return predictions.select(*KEYS, "serp_id", n_clipped("p_click_cond").alias("clipped_cond"),
-                              n_clipped("p_click").alias("clipped_uncond"), *per_rank)
+    (no explode), in one vectorised pass per Arrow batch (``mapInArrow``; as Spark SQL expressions,
+    30 per row, it cost 27 s at 3M rows): the rank-t columns read element t. Log terms are
+    fixed-point longs, rounded as `bootstrap.to_fixed` rounds."""
+    keys = [*KEYS, "serp_id"]
+    stats = [c for c in stat_columns(max_rank) if c != "n_serps"]
+    schema = T.StructType([predictions.schema[k] for k in keys]
+                          + [T.StructField(c, T.LongType(), False) for c in stats])
+    return (
+        predictions.select(*keys, *PREDICTED)
+        .mapInArrow(_serp_stats_fn(max_rank, eps, keys), schema)
+        .select(*keys, *stats)
+    )
 
 
 def session_stats(predictions: DataFrame, sessions: DataFrame, max_rank: int, eps: float) -> DataFrame:

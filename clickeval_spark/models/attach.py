@@ -228,7 +228,7 @@ def _constant(value: float):
     return fn
 
 
-def _lengths(lists: pa.Array | np.ndarray) -> np.ndarray:
+def list_value_lengths(lists: pa.Array | np.ndarray) -> np.ndarray:
     """Each list's length (0 for a null list), as int64: an Arrow list array, or a numpy array of lists."""
     if isinstance(lists, pa.Array):
         return pc.fill_null(pc.list_value_length(lists), 0).to_numpy().astype(np.int64)
@@ -253,7 +253,7 @@ def list_array(values: np.ndarray, mask: np.ndarray, lens: np.ndarray) -> pa.Lis
 def list_lengths(doc_lists: pa.Array | np.ndarray, click_lists: pa.Array | np.ndarray) -> np.ndarray:
     """Each SERP's list length; a clicks list of another length than its doc list is an error
     (ingest quarantines such SERPs, so this only guards against unvalidated input)."""
-    lens, click_lens = _lengths(doc_lists), _lengths(click_lists)
+    lens, click_lens = list_value_lengths(doc_lists), list_value_lengths(click_lists)
     if not np.array_equal(lens, click_lens):
         raise ValueError("serps rows with clicks and doc_ids of different lengths; "
                          "run them through ingest (which quarantines them) first")

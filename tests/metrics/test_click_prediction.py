@@ -92,3 +92,40 @@ def test_paired_difference_against_reference(random_case):
     assert diff[0]["value"] == pytest.approx(_value(rows, "b", "LL") - _value(rows, "a", "LL"), abs=1e-12)
     # paired: the difference's interval is not the naive combination of the two marginal intervals
     assert diff[0]["ci_low"] < diff[0]["value"] < diff[0]["ci_high"]
+
+
+def test_serp_stats_equal_spark_sql_to_the_last_fixed_point_unit(spark):
+    """The vectorised per-SERP statistics against the same DESIGN §5 terms written as Spark SQL
+    expressions (element t of each array, clipped, logged, rounded by `bootstrap.to_fixed`): equal as
+    longs. Edge cases: probabilities at and beyond the clip bounds, NaN (Spark orders it above every
+    number, so it clips to 1 - eps), lists longer than max_rank, an empty list."""
+    from pyspark.sql import functions as F
+    from clickeval_spark.metrics.click_prediction import log_lik, clipped, serp_stats, stat_columns
+
+    M, eps = 4, 1e-3
+    rng = np.random.default_rng(5)
+    rows = [("m", "d", "test", "s0", [1, 0, 1], [0.0, 1.0, 0.0005], [1e-3, 0.9995, float("nan")]),
+            ("m", "d", "test", "s1", [0, 1, 0, 1, 1, 0], [0.3, 0.6, 0.2, 0.7, 0.8, 0.1], [0.4, 0.5, 0.1, 0.9, 0.2, 0.3]),
+            ("m", "d", "test", "s2", [], [], [])]
+    for i in range(40):
+        n = int(rng.integers(1, 7))
+        rows.append(("m2", "d", "valid", f"r{i}", rng.integers(0, 2, n).tolist(), rng.random(n).tolist(),
+                     rng.random(n).tolist()))
+    df = spark.createDataFrame(rows, "model string, dataset string, split string, serp_id string, clicks array<int>, "
+                                     "p_click_cond array<double>, p_click array<double>")
+    n = F.size("p_click_cond")
+    cols = []
+    for t in range(1, M + 1):
+        here = n >= t
+        for name, col in (("cond", "p_click_cond"), ("uncond", "p_click")):
+            term = log_lik(clipped(F.element_at(col, t), eps), F.element_at("clicks", t))
+            cols.append(F.when(here, bootstrap.to_fixed(term)).otherwise(F.lit(0).cast("long")).alias(f"ln_{name}_{t}"))
+        cols.append(here.cast("long").alias(f"n_{t}"))
+    for name, col in (("cond", "p_click_cond"), ("uncond", "p_click")):
+        cols.append(F.size(F.filter(F.slice(col, 1, M), lambda p: p != clipped(p, eps))).cast("long").alias(f"clipped_{name}"))
+    stats = [c for c in stat_columns(M) if c != "n_serps"]
+    expected = {r["serp_id"]: [r[c] for c in stats] for r in df.select("serp_id", *cols).collect()}
+    got = {r["serp_id"]: [r[c] for c in stats] for r in serp_stats(df, M, eps).collect()}
+    assert got == expected
+    assert got["s0"][:2] == [3, 2]       # 0.0, 1.0, 0.0005 clipped; of p_click 0.9995 and NaN, eps itself not
+    assert got["s1"][stats.index("n_4")] == 1 and got["s2"][stats.index("n_1")] == 0
