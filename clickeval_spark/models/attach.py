@@ -4,6 +4,10 @@ what predict and the sampler share (EM packs its own blocks, models/blocks.py).
 The kernels' side runs in `mapInArrow`: list columns reach numpy as their flat values and
 lengths, and go back the same way, with no Python object per SERP (`batch_arrays`, `list_array`).
 
+Several models are attached together through one wide table, a column per (model, qd
+parameter) (`wide_qd`, `wide_col`): the models of a run share their (query, doc) pairs, so
+one attach serves them all and one kernel pass runs each model on the same batch.
+
 `truncate_serps` is the one place that decides which SERPs the models see (fit,
 predict and the sampler all start there).
 """
@@ -211,6 +215,12 @@ def wide_qd(fitted: Mapping[str, FittedModel]) -> DataFrame:
     return (reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
             .groupBy("query_id", "doc_id")
             .agg(*[F.max(c).alias(c) for c in wide_cols(fitted)]))
+
+
+def wide_models(fitted: Mapping[str, FittedModel]) -> list[tuple[str, object, dict, dict[str, str]]]:
+    """(name, kernel, global parameters, {qd parameter: its `wide_col`}) per model: what a kernel pass over
+    attached wide columns needs of each model."""
+    return [(name, f.model, f.glob, {p: wide_col(name, p) for p in f.model.qd_params}) for name, f in fitted.items()]
 
 
 def shared_max_rank(fitted: Mapping[str, FittedModel]) -> int:

@@ -165,7 +165,7 @@ def from_param_rows(df: DataFrame, model: ClickModel, run_id: str, max_rank: int
 
 
 def wide_qd_rows(df: DataFrame, run_id: str, models: Mapping[str, ClickModel]) -> DataFrame:
-    """The `predict.wide_qd` table of several models of run ``run_id`` straight from model_params rows:
+    """The `attach.wide_qd` table of several models of run ``run_id`` straight from model_params rows:
     query_id, doc_id and one column per (model, qd parameter), in one aggregation (not one per model)."""
     wanted = [(name, p) for name, m in models.items() for p in m.qd_params]
     rows = df.filter((F.col("run_id") == F.lit(run_id)) & F.col("query_id").isNotNull()

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from clickeval_spark.models.attach import (attach_qd, batch_arrays, list_array, qd_array_col, shared_max_rank,
-                                           truncate_serps, wide_col, wide_cols, wide_prior, wide_qd)
+                                           truncate_serps, wide_cols, wide_models, wide_prior, wide_qd)
 from clickeval_spark.models.fitted import FittedModel
 
 # one row per SERP; element i of each array is rank i + 1 (DESIGN §2 click_predictions)
@@ -31,8 +31,7 @@ RELEVANCE_SCHEMA = "model string, query_id string, doc_id string, score double"
 
 def _predict_fn(fitted: Mapping[str, FittedModel]):
     M = shared_max_rank(fitted)
-    models = [(name, f.model, f.glob, {p: wide_col(name, p) for p in f.model.qd_params})
-              for name, f in fitted.items()]
+    models = wide_models(fitted)
     cols = wide_cols(fitted)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -82,8 +81,8 @@ def predict_clicks(serps: DataFrame, fitted: FittedModel) -> DataFrame:
 
 
 def _relevance_fn(fitted: Mapping[str, FittedModel]):
-    models = [(name, f.model, {p: (wide_col(name, p), float(f.prior[p])) for p in f.model.qd_params})
-              for name, f in fitted.items()]
+    models = [(name, model, {p: (c, float(fitted[name].prior[p])) for p, c in own.items()})
+              for name, model, _, own in wide_models(fitted)]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:

@@ -25,7 +25,7 @@ from pyspark.sql import types as T
 from clickeval_spark.models.base import sample_clicks
 from clickeval_spark.hashing import seeded_uniform
 from clickeval_spark.models.attach import (attach_qd, batch_arrays, list_array, padded, shared_max_rank, truncate_serps,
-                                           wide_col, wide_cols, wide_prior, wide_qd)
+                                           wide_cols, wide_models, wide_prior, wide_qd)
 from clickeval_spark.models.fitted import FittedModel
 
 _LIST_COLS = ("doc_ids", "vtypes", "clicks")
@@ -41,8 +41,7 @@ def _uniforms(seed: int):
 
 def _sample_fn(fitted: Mapping[str, FittedModel], out_cols: list[str], deterministic: bool):
     M = shared_max_rank(fitted)
-    models = [(name, f.model, f.glob, {p: wide_col(name, p) for p in f.model.qd_params})
-              for name, f in fitted.items()]
+    models = wide_models(fitted)
     cols = wide_cols(fitted)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
