@@ -75,6 +75,16 @@ def _fixed(values: np.ndarray) -> np.ndarray:
     return (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int64)
 
 
+def log_terms(click: np.ndarray, p: np.ndarray, mask: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """The DESIGN §5 terms of (B, M) clicks (bool) and probabilities, as the SQL `log_lik(clipped(p, eps))`
+    and `bootstrap.to_fixed` give them: (clipped count per row, fixed-point ln P(observed click) per
+    position, 0 off ``mask``)."""
+    # as Spark's least(greatest(p, eps), 1 - eps): NaN sorts above every number, so it clips to 1 - eps
+    q = np.where(np.isnan(p), 1.0 - eps, np.clip(p, eps, 1.0 - eps))
+    clipped_n = ((p != q) & mask).sum(axis=1).astype(np.int64)
+    return clipped_n, np.where(mask, _fixed(np.where(click, np.log(q), np.log(1.0 - q))), 0)
+
+
 def _serp_stats_fn(max_rank: int, eps: float, keys: list[str]):
     M = max_rank
 
@@ -93,12 +103,8 @@ def _serp_stats_fn(max_rank: int, eps: float, keys: list[str]):
             out = {k: batch.column(k) for k in keys}
             terms = {}
             for name, col in (("cond", "p_click_cond"), ("uncond", "p_click")):
-                p = padded(lists[col], mask, np.float64, 0.5)
-                # as Spark's least(greatest(p, eps), 1 - eps): NaN sorts above every number, so it clips to 1 - eps
-                q = np.where(np.isnan(p), 1.0 - eps, np.clip(p, eps, 1.0 - eps))
-                out[f"clipped_{name}"] = pa.array(((p != q) & mask).sum(axis=1).astype(np.int64))
-                with np.errstate(divide="ignore"):
-                    terms[name] = np.where(mask, _fixed(np.where(click, np.log(q), np.log(1.0 - q))), 0)
+                n_clipped, terms[name] = log_terms(click, padded(lists[col], mask, np.float64, 0.5), mask, eps)
+                out[f"clipped_{name}"] = pa.array(n_clipped)
             for t in range(M):
                 out[f"n_{t + 1}"] = pa.array(mask[:, t].astype(np.int64))
                 out[f"ln_cond_{t + 1}"] = pa.array(terms["cond"][:, t])

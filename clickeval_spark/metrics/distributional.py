@@ -5,20 +5,24 @@ scored (total PPL) on the real test SERPs. Forward PPL: the surrogate fitted on 
 real test SERPs, scored on the synthetic sequences. The surrogate's model and EM
 iterations are the same for every generator of a run. The stage (stages/surrogate.py)
 fits every surrogate in one packed log and takes Reverse PPL from the fits' own final
-pass; `perplexities` is the same number by SQL over click predictions.
+pass; `perplexities` gives the same number in one kernel pass over any SERPs (Forward PPL).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from clickeval_spark.metrics.bootstrap import SCALE
-from clickeval_spark.metrics.click_prediction import serp_stats
+from clickeval_spark.metrics.click_prediction import log_terms
+from clickeval_spark.models.attach import (attach_qd, batch_arrays, qd_array_col, truncate_serps, wide_cols,
+                                           wide_models, wide_prior, wide_qd)
 from clickeval_spark.models.fitted import FittedModel
 
 
@@ -39,21 +43,53 @@ class Perplexity:
         return cls(sum(present) / len(present) if present else math.nan, at_rank, int(n[0]) if len(n) else 0)
 
 
+def _perplexity_sums_fn(fitted: FittedModel, eps: float):
+    [(_, model, g, own)] = wide_models({fitted.model.name: fitted})
+    M = fitted.max_rank
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            clicks, mask, _, attached = batch_arrays(batch, M, list(own.values()))
+            p = np.asarray(model.click_probs({q: attached[c] for q, c in own.items()}, g, mask), dtype=np.float64)
+            _, terms = log_terms(clicks == 1, p, mask, eps)
+            # this batch's sums per label: a few rows leave Python, not one per SERP
+            labels, index = np.unique(batch.column("label").to_numpy(zero_copy_only=False), return_inverse=True)
+            n, ln = np.zeros((len(labels), M), np.int64), np.zeros((len(labels), M), np.int64)
+            np.add.at(n, index, mask.astype(np.int64))
+            np.add.at(ln, index, terms)
+            yield pa.RecordBatch.from_pydict({"label": pa.array(labels.tolist(), pa.string()),
+                                              **{f"n_{t + 1}": n[:, t] for t in range(M)},
+                                              **{f"ln_{t + 1}": ln[:, t] for t in range(M)}})
+
+    return run
+
+
 def perplexities(serps: DataFrame, fitted: FittedModel, eps: float = 1e-6,
                  label: Column | None = None) -> dict[str, Perplexity]:
     """Classic click-model perplexity of `fitted` (unconditional p_click) on `serps`, per rank and total, for
     each value of the string column `label` (default: one group, "all"): one Spark job for them all.
 
-    Sums are fixed-point (exact, order-free); one row of per-rank sums per label reaches the driver.
+    One kernel pass: the model's p_click for each SERP and its fixed-point log terms (exact,
+    order-free sums; the terms of `click_prediction.serp_stats`), summed per label within each
+    Arrow batch; one row of per-rank sums per label reaches the driver.
     """
     M = fitted.max_rank
-    # predict carries dataset, split and serp_id through: the label rides in split
-    labelled = serps.withColumn("split", F.lit("all") if label is None else label)
-    stats = serp_stats(fitted.predict(labelled).withColumn("model", F.lit(fitted.model.name)), M, eps)
-    rows = stats.groupBy("split").agg(*[F.sum(f"{c}_{t}").alias(f"{c}_{t}") for t in range(1, M + 1)
-                                        for c in ("n", "ln_uncond")]).collect()
-    return {r["split"]: Perplexity.from_sums([r[f"n_{t}"] for t in range(1, M + 1)],
-                                             [r[f"ln_uncond_{t}"] / SCALE for t in range(1, M + 1)]) for r in rows}
+    one = {fitted.model.name: fitted}
+    cols = wide_cols(one)
+    base = truncate_serps(serps.withColumn("label", F.lit("all") if label is None else label), M, keep=("label",))
+    attached = attach_qd(base, wide_qd(one) if cols else None, cols, wide_prior(one))
+    schema = ("label string, " + ", ".join(f"n_{t} long" for t in range(1, M + 1)) + ", "
+              + ", ".join(f"ln_{t} long" for t in range(1, M + 1)))
+    rows = (
+        attached.select("label", "doc_ids", "clicks", *[qd_array_col(c) for c in cols])
+        .mapInArrow(_perplexity_sums_fn(fitted, eps), schema)
+        .groupBy("label").agg(*[F.sum(c).alias(c) for t in range(1, M + 1) for c in (f"n_{t}", f"ln_{t}")])
+        .collect()
+    )
+    return {r["label"]: Perplexity.from_sums([r[f"n_{t}"] for t in range(1, M + 1)],
+                                             [r[f"ln_{t}"] / SCALE for t in range(1, M + 1)]) for r in rows}
 
 
 def perplexity(serps: DataFrame, fitted: FittedModel, eps: float = 1e-6) -> Perplexity:

@@ -119,9 +119,11 @@ def relevance_models(fitted: Mapping[str, FittedModel], pairs: DataFrame | None 
     known = (wide_qd(fitted) if qd is None else qd).select(
         "query_id", "doc_id", *[F.col(c).cast("double").alias(c) for c in cols])
     if pairs is not None:
-        unseen = pairs.select("query_id", "doc_id").distinct().join(known, on=["query_id", "doc_id"], how="left_anti")
-        known = known.unionByName(unseen.select("query_id", "doc_id", *[F.lit(None).cast("double").alias(c)
-                                                                          for c in cols]))
+        # every pair once, the known ones with their values: one aggregation (partial on the map side),
+        # not a distinct of the pairs and an anti join to the known ones
+        blank = pairs.select("query_id", "doc_id", *[F.lit(None).cast("double").alias(c) for c in cols])
+        known = (known.unionByName(blank).groupBy("query_id", "doc_id")
+                 .agg(*[F.max(c).alias(c) for c in cols]))
     return (
         known.mapInArrow(_relevance_fn(fitted), RELEVANCE_SCHEMA)
         .select("model", "query_id", "doc_id", "score")
