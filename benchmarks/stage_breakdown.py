@@ -24,9 +24,8 @@ from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.context import StageContext
 from clickeval_spark.metrics import bootstrap
 from clickeval_spark.metrics.evaluate import KEYS, MetricOptions, session_statistics
-from clickeval_spark.models.attach import attach_qd, truncate_serps
+from clickeval_spark.models.attach import attach_qd, truncate_serps, wide_cols, wide_prior
 from clickeval_spark.models.params_io import load_fitted, wide_qd_rows
-from clickeval_spark.models.attach import wide_col
 from clickeval_spark.models.predict import predict_models
 from clickeval_spark.runtime import session_for
 from clickeval_spark.stages import STAGES
@@ -66,8 +65,7 @@ def predict_steps(ctx: StageContext, out: list) -> None:
     params = ctx.read("model_params")
     fitted = {n: load_fitted(params, n, ctx.run_id, cfg.fit.max_rank) for n in cfg.fit.models}
     qd = wide_qd_rows(params, ctx.run_id, {n: f.model for n, f in fitted.items() if f.model.qd_params})
-    cols = [wide_col(n, p) for n, f in fitted.items() for p in f.model.qd_params]
-    prior = {wide_col(n, p): f.prior[p] for n, f in fitted.items() for p in f.model.qd_params}
+    cols, prior = wide_cols(fitted), wide_prior(fitted)
     _twice("predict: read the SERPs (N rows)", lambda: _noop(serps.select("serp_id", "doc_ids", "clicks")), out)
 
     def attached() -> None:
