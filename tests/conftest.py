@@ -1,3 +1,5 @@
+import fcntl
+
 import pytest
 
 from clickeval_spark.session import build_session
@@ -6,7 +8,18 @@ from clickeval_spark.session import build_session
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     warehouse = tmp_path_factory.mktemp("warehouse")
-    session = build_session(
+    # `make test` runs two pytest-xdist workers, each with its own session. Their JVMs start one at a time,
+    # so only the first resolves Delta's jars through Ivy (and downloads them on a cold cache); the second
+    # finds them cached. The lock file sits in the run's shared temp root (the workers' basetemps' parent).
+    with open(tmp_path_factory.getbasetemp().parent / "spark-session.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        session = _test_session(warehouse)
+    yield session
+    session.stop()
+
+
+def _test_session(warehouse):
+    return build_session(
         "clickeval-tests",
         master="local[2]",
         warehouse=str(warehouse),
@@ -21,8 +34,6 @@ def spark(tmp_path_factory):
             "spark.sql.execution.arrow.pyspark.enabled": "true",
         },
     )
-    yield session
-    session.stop()
 
 
 @pytest.fixture
