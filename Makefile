@@ -10,8 +10,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CONF   ?= conf/local.yaml
-# Two pytest-xdist workers, whole files to each (module fixtures built once): Spark tests mostly wait on
-# JVM round trips and subprocesses, so two run in about the time of one on 2 cores. TEST_WORKERS=0 runs serially.
+# Two pytest-xdist workers, whole files to each (tests/conftest.py schedules them): the suite waits on JVM
+# round trips and subprocesses often enough that two keep 2 cores busier than one. TEST_WORKERS=0: serially.
 TEST_WORKERS ?= 2
 
 .PHONY: setup run test clean
@@ -28,7 +28,7 @@ run: setup
 	$(BIN)/clickeval run --conf $(CONF)
 
 test: setup
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 clean:
 	rm -rf $(VENV) .venv-airflow warehouse spark-warehouse reports dist .pytest_cache

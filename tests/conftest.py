@@ -40,3 +40,24 @@ def _test_session(warehouse):
 def warehouse(tmp_path):
     """A fresh warehouse root per test, for jobs that write Delta tables."""
     return str(tmp_path / "wh")
+
+
+# Test files that share the reliability baseline and the concurrent pipeline pair (tests/reliability/_pipeline.py:
+# per-process caches, each minutes of Spark): one xdist worker runs them all, so each is computed once.
+_BASELINE_FILES = frozenset({
+    "tests/benchmarks/test_stage_reference.py", "tests/reliability/test_concurrency.py",
+    "tests/reliability/test_crash_recovery.py", "tests/reliability/test_idempotence.py",
+    "tests/reliability/test_reproducibility.py",
+})
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Whole files to each worker (module fixtures built once), the baseline's users as one unit."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "reliability-baseline" if path in _BASELINE_FILES else path
+
+    return FileScheduling(config, log)
