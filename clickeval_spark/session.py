@@ -28,7 +28,8 @@ def build_session(
     embedded=True is the one-machine mode: the Delta jars are resolved from Maven
     Central by Ivy (`configure_spark_with_delta_pip`), and Python workers use this
     interpreter (the venv), not whatever `python3` is first on PATH, started by
-    `clickeval_spark.python_daemon` (about 0.2 s less per Python task on Python 3.11).
+    `clickeval_spark.python_daemon` (about 0.2 s less per Python task on Python 3.11), and the
+    JVM collects garbage with the parallel collector unless the conf names its own driver options.
     embedded=False is spark-submit on a cluster: master and jars come from the
     submit command (`--master`, `--packages`), so nothing here overrides them.
     checkpoint_dir: the SparkContext's checkpoint directory (reliable checkpoints of
@@ -48,6 +49,10 @@ def build_session(
     if embedded:
         # the workers run this interpreter, so they can import the daemon module from this package
         settings.setdefault("spark.python.daemon.module", "clickeval_spark.python_daemon")
+        # the throughput collector: on one machine the JVM (driver and executors in one) is most of the CPU
+        # of a run, and G1's concurrent work competes with the tasks; `make run` took 194 s with it against
+        # 216-219 s with G1 (benchmarks/RESULTS.md). A config that sets its own options keeps them.
+        settings.setdefault("spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
     for key, value in settings.items():
         builder = builder.config(key, value)
     if embedded:
