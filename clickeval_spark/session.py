@@ -50,8 +50,8 @@ def build_session(
         # the workers run this interpreter, so they can import the daemon module from this package
         settings.setdefault("spark.python.daemon.module", "clickeval_spark.python_daemon")
         # the throughput collector: on one machine the JVM (driver and executors in one) is most of the CPU
-        # of a run, and G1's concurrent work competes with the tasks; `make run` took 194 s with it against
-        # 216-219 s with G1 (benchmarks/RESULTS.md). A config that sets its own options keeps them.
+        # of a run, and G1's concurrent work competes with the tasks; `make run` took 194-205 s with it (three
+        # runs) against 216-219 s with G1 (two; benchmarks/RESULTS.md). A config with its own options keeps them.
         settings.setdefault("spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
     for key, value in settings.items():
         builder = builder.config(key, value)
