@@ -21,8 +21,8 @@ from pyspark.sql import functions as F
 
 from clickeval_spark.metrics.bootstrap import SCALE
 from clickeval_spark.metrics.click_prediction import log_terms
-from clickeval_spark.models.attach import (attach_qd, batch_arrays, qd_array_col, truncate_serps, wide_cols,
-                                           wide_models, wide_prior, wide_qd)
+from clickeval_spark.models.attach import (attach_models, batch_arrays, qd_array_col, truncate_serps, wide_cols,
+                                           wide_models)
 from clickeval_spark.models.fitted import FittedModel
 
 
@@ -79,7 +79,7 @@ def perplexities(serps: DataFrame, fitted: FittedModel, eps: float = 1e-6,
     one = {fitted.model.name: fitted}
     cols = wide_cols(one)
     base = truncate_serps(serps.withColumn("label", F.lit("all") if label is None else label), M, keep=("label",))
-    attached = attach_qd(base, wide_qd(one) if cols else None, cols, wide_prior(one))
+    attached = attach_models(base, one)
     schema = ("label string, " + ", ".join(f"n_{t} long" for t in range(1, M + 1)) + ", "
               + ", ".join(f"ln_{t} long" for t in range(1, M + 1)))
     rows = (

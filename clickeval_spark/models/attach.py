@@ -217,6 +217,13 @@ def wide_qd(fitted: Mapping[str, FittedModel]) -> DataFrame:
             .agg(*[F.max(c).alias(c) for c in wide_cols(fitted)]))
 
 
+def attach_models(df: DataFrame, fitted: Mapping[str, FittedModel], qd: DataFrame | None = None) -> DataFrame:
+    """`attach_qd` of every model's qd parameters at once: the `wide_cols` columns, each model's prior for the
+    pairs it has no value for. ``qd``: the models' `wide_qd` table, when the caller has a cheaper way to build it."""
+    cols = wide_cols(fitted)
+    return attach_qd(df, wide_qd(fitted) if qd is None and cols else qd, cols, wide_prior(fitted))
+
+
 def wide_models(fitted: Mapping[str, FittedModel]) -> list[tuple[str, object, dict, dict[str, str]]]:
     """(name, kernel, global parameters, {qd parameter: its `wide_col`}) per model: what a kernel pass over
     attached wide columns needs of each model."""

@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from clickeval_spark.models.attach import (attach_qd, batch_arrays, list_array, qd_array_col, shared_max_rank,
-                                           truncate_serps, wide_cols, wide_models, wide_prior, wide_qd)
+from clickeval_spark.models.attach import (attach_models, batch_arrays, list_array, qd_array_col, shared_max_rank,
+                                           truncate_serps, wide_cols, wide_models, wide_qd)
 from clickeval_spark.models.fitted import FittedModel
 
 # one row per SERP; element i of each array is rank i + 1 (DESIGN §2 click_predictions)
@@ -66,10 +66,9 @@ def predict_models(serps: DataFrame, fitted: Mapping[str, FittedModel], qd: Data
     """
     cols = wide_cols(fitted)
     base = truncate_serps(serps, shared_max_rank(fitted), keep=("dataset", "split", "serp_id"))
-    attached = attach_qd(base, wide_qd(fitted) if qd is None and cols else qd, cols, wide_prior(fitted))
     return (
-        attached.select("dataset", "split", "serp_id", "query_id", "doc_ids", "clicks",
-                        *[qd_array_col(c) for c in cols])
+        attach_models(base, fitted, qd)
+        .select("dataset", "split", "serp_id", "query_id", "doc_ids", "clicks", *[qd_array_col(c) for c in cols])
         .mapInArrow(_predict_fn(fitted), PREDICTION_SCHEMA)
         .select("model", "dataset", "split", "serp_id", "clicks", "p_click_cond", "p_click")
     )

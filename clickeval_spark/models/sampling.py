@@ -24,8 +24,8 @@ from pyspark.sql import types as T
 
 from clickeval_spark.models.base import sample_clicks
 from clickeval_spark.hashing import seeded_uniform
-from clickeval_spark.models.attach import (attach_qd, batch_arrays, list_array, padded, shared_max_rank, truncate_serps,
-                                           wide_cols, wide_models, wide_prior, wide_qd)
+from clickeval_spark.models.attach import (attach_models, batch_arrays, list_array, padded, shared_max_rank,
+                                           truncate_serps, wide_cols, wide_models)
 from clickeval_spark.models.fitted import FittedModel
 
 _LIST_COLS = ("doc_ids", "vtypes", "clicks")
@@ -79,10 +79,9 @@ def sample_models(serps: DataFrame, fitted: Mapping[str, FittedModel], *, k: int
     if k < 1:
         raise ValueError("k must be >= 1")
     cols = list(serps.columns)
-    qd_cols = wide_cols(fitted)
     base = truncate_serps(serps, shared_max_rank(fitted), keep=cols, cut=_LIST_COLS).select(*cols)
     # parameters are attached once per SERP, before the k copies are made
-    joined = attach_qd(base, wide_qd(fitted) if qd is None and qd_cols else qd, qd_cols, wide_prior(fitted))
+    joined = attach_models(base, fitted, qd)
     joined = joined.select(*joined.columns,
                            F.explode(F.sequence(F.lit(0), F.lit(int(k) - 1))).alias("sample_idx"))
     joined = joined.select(
