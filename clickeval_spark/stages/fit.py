@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+from contextlib import ExitStack
+from functools import reduce
+
+from pyspark.sql import DataFrame
 
 from clickeval_spark.context import StageContext
 from clickeval_spark.models import get_model
@@ -13,25 +17,29 @@ log = logging.getLogger("clickeval")
 
 
 def run(ctx: StageContext) -> dict[str, list]:
-    """Fit every configured model on the train split; write model_params (one slice per model).
+    """Fit every configured model on the train split; write model_params in one commit.
 
     The valid split is packed beside the training SERPs: every fit scores it in the
     same passes, which is what `fit.prior.k: auto` chooses the prior strength by.
+    Every model's params go into one Delta commit (one slice per model, replaced together):
+    a commit per model cost ~1-2 s each on the default data. Each model's `fit:<model>`
+    runs row stays open until that commit lands, so a failed write marks them all failed.
     """
     fcfg = ctx.cfg.fit
-    histories = {}
+    histories, rows = {}, []
     # packed once: every model's EM runs on the same query blocks
     packed = pack_serps(ctx.serps(("train",)), max_rank=fcfg.max_rank, held_out=ctx.serps(("valid",)))
     try:
-        for name in fcfg.models:
-            with ctx.record(f"fit:{name}") as run:
+        with ExitStack() as open_runs:
+            for name in fcfg.models:
+                run = open_runs.enter_context(ctx.record(f"fit:{name}"))
                 model = get_model(name)
                 kind, k, families = fcfg.prior_overrides(name)
                 fitted = fit(packed, model, iterations=fcfg.iterations, tol=fcfg.tol,
                              prior=model_prior(model, packed.max_rank, kind, k, families),
                              k_grid=fcfg.prior.grid, prior_warmup=fcfg.prior.warmup, logger=log,
                              checkpoint_interval=fcfg.checkpoint_interval)
-                ctx.write(fitted.to_rows(ctx.run_id), "model_params", {"run_id": ctx.run_id, "model": name})
+                rows.append(fitted.to_rows(ctx.run_id))
                 run.counts["iterations"] = max(0, len(fitted.history) - 1)
                 run.details["history"] = [{"iteration": i, "train_ll": ll, "log_posterior": lp, "seconds": s}
                                           for (i, ll, s), lp in zip(fitted.history, fitted.log_posterior)]
@@ -40,11 +48,13 @@ def run(ctx: StageContext) -> dict[str, list]:
                 if fitted.selection is not None:
                     run.details["prior_selection"] = fitted.selection
                 histories[name] = fitted.history
-            chosen = (f", prior k={fitted.selection['chosen_k']:g} by valid LL" if fitted.selection
-                      else f", prior {fitted.prior_spec['kind']}")
-            valid_ll = "" if fitted.valid_ll is None else f", valid LL per position {fitted.valid_ll:.4f}"
-            print(f"fit {name}: {run.counts['iterations']} iteration(s), "
-                  f"train LL per SERP {fitted.history[-1][1]:.4f}{valid_ll}{chosen}")
+                chosen = (f", prior k={fitted.selection['chosen_k']:g} by valid LL" if fitted.selection
+                          else f", prior {fitted.prior_spec['kind']}")
+                valid_ll = "" if fitted.valid_ll is None else f", valid LL per position {fitted.valid_ll:.4f}"
+                print(f"fit {name}: {run.counts['iterations']} iteration(s), "
+                      f"train LL per SERP {fitted.history[-1][1]:.4f}{valid_ll}{chosen}")
+            ctx.write(reduce(DataFrame.unionByName, rows), "model_params",
+                      {"run_id": ctx.run_id, "model": tuple(fcfg.models)})
     finally:
         packed.unpersist()
     return histories
