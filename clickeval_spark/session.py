@@ -13,6 +13,16 @@ DELTA_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
+# The embedded JVM (driver and executors in one) is most of the CPU of a run on one machine, and two cores
+# are shared with its own background threads (benchmarks/RESULTS.md):
+# - the throughput collector: G1's concurrent work competes with the tasks; `make run` took 194-205 s with
+#   ParallelGC (three runs) against 216-219 s with G1 (two);
+# - JIT thresholds x3: a fresh JVM's compilers spent 67 CPU-s of a 60 s ingest compiling 33,000 methods,
+#   most of them run a few times; `make run` 169 s with the scaling against 188 s without (same code, same
+#   hour), with identical metrics.
+# A config with its own `spark.driver.extraJavaOptions` keeps them.
+EMBEDDED_JVM_OPTIONS = "-XX:+UseParallelGC -XX:CompileThresholdScaling=3"
+
 
 def build_session(
     app_name: str,
@@ -29,7 +39,7 @@ def build_session(
     Central by Ivy (`configure_spark_with_delta_pip`), and Python workers use this
     interpreter (the venv), not whatever `python3` is first on PATH, started by
     `clickeval_spark.python_daemon` (about 0.2 s less per Python task on Python 3.11), and the
-    JVM collects garbage with the parallel collector unless the conf names its own driver options.
+    JVM runs with EMBEDDED_JVM_OPTIONS unless the conf names its own driver options.
     embedded=False is spark-submit on a cluster: master and jars come from the
     submit command (`--master`, `--packages`), so nothing here overrides them.
     checkpoint_dir: the SparkContext's checkpoint directory (reliable checkpoints of
@@ -49,10 +59,7 @@ def build_session(
     if embedded:
         # the workers run this interpreter, so they can import the daemon module from this package
         settings.setdefault("spark.python.daemon.module", "clickeval_spark.python_daemon")
-        # the throughput collector: on one machine the JVM (driver and executors in one) is most of the CPU
-        # of a run, and G1's concurrent work competes with the tasks; `make run` took 194-205 s with it (three
-        # runs) against 216-219 s with G1 (two; benchmarks/RESULTS.md). A config with its own options keeps them.
-        settings.setdefault("spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
+        settings.setdefault("spark.driver.extraJavaOptions", EMBEDDED_JVM_OPTIONS)
     for key, value in settings.items():
         builder = builder.config(key, value)
     if embedded:
