@@ -11,8 +11,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CONF   ?= conf/local.yaml
 # Two pytest-xdist workers, whole files to each (tests/conftest.py schedules them): the suite waits on JVM
-# round trips and subprocesses often enough that two keep 2 cores busier than one (CI 32:07 -> 27:30-28:45,
-# benchmarks/RESULTS.md). TEST_WORKERS=0: serially.
+# round trips and subprocesses often enough that two keep 2 cores busier than one (CI 32:07 -> 27:26-28:45;
+# 24:14 with the JIT thresholds x3; benchmarks/RESULTS.md). TEST_WORKERS=0: serially.
 TEST_WORKERS ?= 2
 
 .PHONY: setup run test clean
