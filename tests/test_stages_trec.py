@@ -1,5 +1,6 @@
 """All ten models fit, predict and sample on the real TREC Session 2014 sample, through the Delta stages."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from clickeval_spark.models.spark_em import fit
 from clickeval_spark.context import StageContext
 from clickeval_spark.stages import STAGES
 from clickeval_spark.metrics.click_prediction import by_rank, log_likelihood_by_split
+from clickeval_spark import tables
 from clickeval_spark.tables import read_table
 from examples.external_model import fit_and_write
 
@@ -121,6 +123,27 @@ def test_refit_of_one_model_replaces_only_its_slice(spark, trec):
     assert after == before
     runs = read_table(spark, warehouse, "runs").where("run_id = 'trec-run' AND job = 'fit:pbm'").collect()
     assert len(runs) == 1 and runs[0]["counts"]["iterations"] == 1
+
+
+def test_a_failed_params_write_marks_every_fit_failed(spark, trec, monkeypatch):
+    """Every model's params go into one commit: when it fails, no params land and every fit:<model>
+    runs row says failed, with the error."""
+    cfg, warehouse, _, _ = trec
+    write = tables.replace_slice
+
+    def refuse_params(df, wh, name, *args, **kwargs):
+        if name == "model_params":
+            raise OSError("disk full")
+        return write(df, wh, name, *args, **kwargs)
+
+    monkeypatch.setattr(tables, "replace_slice", refuse_params)
+    two = AppConfig(ingest=cfg.ingest, fit=FitConfig(models=("rctr", "pbm"), iterations=1))
+    with pytest.raises(OSError, match="disk full"):
+        STAGES["fit"](StageContext(spark, two, warehouse, "trec-fail"))
+    runs = read_table(spark, warehouse, "runs").where("run_id = 'trec-fail'").collect()
+    assert sorted((r["job"], r["status"]) for r in runs) == [("fit:pbm", "failed"), ("fit:rctr", "failed")]
+    assert all(json.loads(r["details"])["error"] == "OSError: disk full" for r in runs)
+    assert read_table(spark, warehouse, "model_params").where("run_id = 'trec-fail'").count() == 0
 
 
 def test_evaluate_built_in_and_external_models(spark, trec, tmp_path):

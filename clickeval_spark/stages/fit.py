@@ -22,7 +22,7 @@ def run(ctx: StageContext) -> dict[str, list]:
     The valid split is packed beside the training SERPs: every fit scores it in the
     same passes, which is what `fit.prior.k: auto` chooses the prior strength by.
     Every model's params go into one Delta commit (one slice per model, replaced together):
-    a commit per model cost ~1-2 s each on the default data. Each model's `fit:<model>`
+    a commit per model cost 1.7-3.9 s each on the default data. Each model's `fit:<model>`
     runs row stays open until that commit lands, so a failed write marks them all failed.
     """
     fcfg = ctx.cfg.fit
