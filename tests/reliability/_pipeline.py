@@ -19,7 +19,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
@@ -290,15 +290,20 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.wait(timeout=60)
 
 
-def wait_for_output(proc: subprocess.Popen, log: Path, text: str, timeout: float) -> None:
+def _wait_for(proc: subprocess.Popen, log: Path, done: Callable[[], bool], what: str, timeout: float) -> None:
+    """Poll `done` until it holds; fail with the job's log tail if the job exits or `timeout` passes first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if text in log.read_text(errors="replace"):
+        if done():
             return
         if proc.poll() is not None:
-            raise AssertionError(f"job exited ({proc.returncode}) before printing {text!r}:\n{tail(log)}")
+            raise AssertionError(f"job exited ({proc.returncode}) before {what}:\n{tail(log)}")
         time.sleep(0.2)
-    raise AssertionError(f"job did not print {text!r} within {timeout} s:\n{tail(log)}")
+    raise AssertionError(f"job did not get to {what} within {timeout} s:\n{tail(log)}")
+
+
+def wait_for_output(proc: subprocess.Popen, log: Path, text: str, timeout: float) -> None:
+    _wait_for(proc, log, lambda: text in log.read_text(errors="replace"), f"printing {text!r}", timeout)
 
 
 def _commit_times(warehouse: str, run_id: str) -> list[float]:
@@ -315,14 +320,8 @@ def last_commit_time(warehouse: str, run_id: str) -> float:
 
 def wait_for_commit_after(proc: subprocess.Popen, log: Path, warehouse: str, run_id: str, after: float,
                           timeout: float = 600) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(t > after for t in _commit_times(warehouse, run_id)):
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"job exited ({proc.returncode}) with no commit after {after}:\n{tail(log)}")
-        time.sleep(0.5)
-    raise AssertionError(f"job made no commit within {timeout} s:\n{tail(log)}")
+    _wait_for(proc, log, lambda: any(t > after for t in _commit_times(warehouse, run_id)),
+              f"a commit of {run_id} after {after}", timeout)
 
 
 def tail(log: Path, n: int = 40) -> str:
