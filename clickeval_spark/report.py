@@ -75,9 +75,11 @@ def ndcg_figure(rows: list[dict], models: list[str], split: str, cutoffs: list[i
     x = np.arange(len(ranked))
     for i, k in enumerate(cutoffs):
         cells = [_metric(rows, m, split, "NDCG", k) for m in ranked]
-        v = np.array([c["value"] for c in cells])
-        err = np.array([[c["value"] - c["ci_low"] for c in cells], [c["ci_high"] - c["value"] for c in cells]])
-        ax.bar(x + (i - (len(cutoffs) - 1) / 2) * width, v, width, yerr=err, capsize=2, label=f"NDCG@{k}")
+        at = x + (i - (len(cutoffs) - 1) / 2) * width
+        ax.bar(at, [c["value"] for c in cells], width, label=f"NDCG@{k}")
+        # the interval as it is: a percentile bootstrap interval need not hold the point estimate (few
+        # replicates, a skewed statistic), so it is not drawn as +- error around the bar
+        ax.vlines(at, [c["ci_low"] for c in cells], [c["ci_high"] for c in cells], colors="black", linewidth=1)
     ax.set_xticks(x, ranked)
     ax.set_ylim(0, 1)
     ax.set_ylabel("NDCG (higher is better), 95% interval")

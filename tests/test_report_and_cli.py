@@ -102,3 +102,19 @@ def test_click_predictions_are_one_row_per_serp_with_a_by_rank_view(spark, tmp_p
     out = capsys.readouterr().out
     assert [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines() if line.startswith(("|s1", "|s2"))] == [
         ["s1", "1", "0", "0.5", "0.5"], ["s1", "2", "1", "0.25", "0.2"], ["s2", "1", "1", "0.75", "0.75"]]
+
+
+def test_ndcg_figure_draws_an_interval_that_misses_the_point_estimate():
+    """A percentile bootstrap interval need not hold the point estimate (with 5 replicates on the
+    standalone run, an NDCG point estimate fell outside its interval): the figure draws it as it is instead
+    of failing in matplotlib on a negative error bar."""
+    from clickeval_spark.report import ndcg_figure
+
+    def cell(model, k, value, low, high):
+        return {"model": model, "split": "test", "metric": "NDCG", "cutoff": k, "reference_model": None,
+                "value": value, "ci_low": low, "ci_high": high}
+
+    rows = [cell("pbm", 1, 0.60, 0.62, 0.70), cell("pbm", 3, 0.50, 0.40, 0.45),
+            cell("dbn", 1, 0.55, 0.50, 0.60), cell("dbn", 3, 0.52, 0.48, 0.56)]
+    [img] = re.findall(r'src="data:image/png;base64,([^"]+)"', ndcg_figure(rows, ["pbm", "dbn"], "test", [1, 3]))
+    assert base64.b64decode(img)[:8] == b"\x89PNG\r\n\x1a\n"
