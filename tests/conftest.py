@@ -1,4 +1,5 @@
 import fcntl
+from collections import Counter
 
 import pytest
 
@@ -70,11 +71,10 @@ def _scope(nodeid: str) -> str:
 def pytest_collection_modifyitems(config, items):
     """The long scopes first, in _LONG_SCOPES order, then the rest by number of tests (xdist's own order).
     A stable sort: each file's tests keep their order and stay together."""
-    sizes = {}
-    for item in items:
-        sizes[_scope(item.nodeid)] = sizes.get(_scope(item.nodeid), 0) + 1
+    scopes = {item.nodeid: _scope(item.nodeid) for item in items}
+    sizes = Counter(scopes.values())
     rank = {scope: i for i, scope in enumerate(_LONG_SCOPES)}
-    items.sort(key=lambda item: (rank.get(_scope(item.nodeid), len(rank)), -sizes[_scope(item.nodeid)]))
+    items.sort(key=lambda item: (rank.get(scopes[item.nodeid], len(rank)), -sizes[scopes[item.nodeid]]))
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -8,6 +8,7 @@ import pytest
 from clickeval_spark import tables
 from clickeval_spark.config import AppConfig, FitConfig, IngestConfig, ReportConfig
 from clickeval_spark.context import StageContext
+from clickeval_spark.report import ndcg_figure
 from clickeval_spark.stages import STAGES
 from jobs import sql as sql_job
 from jobs import tables as tables_job
@@ -108,8 +109,6 @@ def test_ndcg_figure_draws_an_interval_that_misses_the_point_estimate():
     """A percentile bootstrap interval need not hold the point estimate (with 5 replicates on the
     standalone run, an NDCG point estimate fell outside its interval): the figure draws it as it is instead
     of failing in matplotlib on a negative error bar."""
-    from clickeval_spark.report import ndcg_figure
-
     def cell(model, k, value, low, high):
         return {"model": model, "split": "test", "metric": "NDCG", "cutoff": k, "reference_model": None,
                 "value": value, "ci_low": low, "ci_high": high}
