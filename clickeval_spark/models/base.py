@@ -117,6 +117,8 @@ def sample_clicks(model: ClickModel, qd: Mapping[str, np.ndarray], g: Mapping[st
 def log_likelihood(p_cond: np.ndarray, clicks: np.ndarray, mask: np.ndarray,
                    eps: float = 1e-6) -> np.ndarray:
     """Per-SERP log P(clicks) = sum_r log P(C_r = c_r | clicks above), natural log."""
-    p = np.clip(p_cond, eps, 1 - eps)
-    ll = np.where(clicks == 1, np.log(p), np.log1p(-p))
-    return np.where(mask, ll, 0.0).sum(axis=1)
+    # P(C_r = c_r) first, then one log per rank: half the transcendental calls of log(p) beside
+    # log1p(-p) (the LL was ~30% of an EM pass); clipping 1 - p equals 1 - clipping p up to rounding
+    q = np.where(clicks == 1, p_cond, 1.0 - p_cond)
+    np.log(np.clip(q, eps, 1 - eps, out=q), out=q)
+    return np.where(mask, q, 0.0).sum(axis=1)
