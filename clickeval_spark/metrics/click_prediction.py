@@ -8,12 +8,14 @@ are functions of those sums, so the bootstrap can reweight whole sessions.
 
 from __future__ import annotations
 
-from typing import Iterator
+import itertools
+import uuid
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -147,11 +149,15 @@ def session_stats(predictions: DataFrame, sessions: DataFrame, max_rank: int, ep
     )
 
 
+def _serp_ll(eps: float) -> Column:
+    """A SERP's summed log-likelihood of p_click_cond (DESIGN §5 LL terms), from its arrays."""
+    terms = F.zip_with("p_click_cond", "clicks", lambda p, c: log_lik(clipped(p, eps), c))
+    return F.aggregate(terms, F.lit(0.0), lambda acc, x: acc + x)
+
+
 def _ll_per_position(eps: float) -> Column:
     """Aggregate: mean per-position log-likelihood of p_click_cond (DESIGN §5 LL) over the group's SERPs."""
-    terms = F.zip_with("p_click_cond", "clicks", lambda p, c: log_lik(clipped(p, eps), c))
-    serp_ll = F.aggregate(terms, F.lit(0.0), lambda acc, x: acc + x)
-    return (F.sum(serp_ll) / F.sum(F.size("p_click_cond"))).alias("ll")
+    return (F.sum(_serp_ll(eps)) / F.sum(F.size("p_click_cond"))).alias("ll")
 
 
 def log_likelihood_by_split(predictions: DataFrame, eps: float = 1e-6) -> dict[str, float]:
@@ -159,14 +165,36 @@ def log_likelihood_by_split(predictions: DataFrame, eps: float = 1e-6) -> dict[s
     return {r["split"]: r["ll"] for r in predictions.groupBy("split").agg(_ll_per_position(eps)).collect()}
 
 
-def log_likelihood_by_model(predictions: DataFrame, eps: float = 1e-6) -> dict[str, tuple[dict[str, float], int]]:
-    """Per model: (`log_likelihood_by_split`'s numbers, its SERP count), in one aggregate over every model."""
-    out: dict[str, tuple[dict[str, float], int]] = {}
-    for r in (predictions.groupBy("model", "split").agg(_ll_per_position(eps), F.count("*").alias("n"))
-              .collect()):
-        by_split, n = out.get(r["model"], ({}, 0))
-        out[r["model"]] = ({**by_split, r["split"]: r["ll"]}, n + r["n"])
-    return out
+def observe_log_likelihood(predictions: DataFrame, models: Sequence[str], splits: Sequence[str],
+                           eps: float = 1e-6) -> tuple[DataFrame, Callable[[], dict[str, tuple[dict[str, float], int]]]]:
+    """``predictions`` (one row per SERP) as they are, observed: once an action (the stage's write) has run
+    them, the returned function gives per model (`log_likelihood_by_split`'s numbers, its SERP count).
+
+    The sums are taken by the write's own tasks (Spark's ``Observation``: no second job, no
+    re-read of what was just written). ``models`` x ``splits`` are the groups summed; a group
+    without rows is left out, as a groupBy would.
+    """
+    groups = list(itertools.product(models, splits))
+    metrics = []
+    for i, (model, split) in enumerate(groups):
+        hit = (F.col("model") == model) & (F.col("split") == split)
+        metrics += [F.sum(F.when(hit, F.col("_serp_ll"))).alias(f"ll_{i}"),
+                    F.sum(F.when(hit, F.size("p_click_cond"))).alias(f"positions_{i}"),
+                    F.count(F.when(hit, 1)).alias(f"serps_{i}")]
+    observation = Observation(f"log_likelihood_by_model-{uuid.uuid4().hex}")   # unique: sessions run stages concurrently
+    observed = (predictions.withColumn("_serp_ll", _serp_ll(eps))
+                .observe(observation, *metrics)
+                .drop("_serp_ll"))
+
+    def result() -> dict[str, tuple[dict[str, float], int]]:
+        sums, out = observation.get, {}
+        for i, (model, split) in enumerate(groups):
+            if sums[f"serps_{i}"]:
+                by_split, n = out.get(model, ({}, 0))
+                out[model] = ({**by_split, split: sums[f"ll_{i}"] / sums[f"positions_{i}"]}, n + sums[f"serps_{i}"])
+        return out
+
+    return observed, result
 
 
 def metric_replicates(sums: dict[str, np.ndarray], max_rank: int, scale: float) -> dict[tuple[str, int | None], np.ndarray]:

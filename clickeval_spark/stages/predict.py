@@ -9,14 +9,15 @@ import math
 from pyspark.sql import functions as F
 
 from clickeval_spark.context import StageContext
-from clickeval_spark.metrics.click_prediction import log_likelihood_by_model
+from clickeval_spark.metrics.click_prediction import observe_log_likelihood
 from clickeval_spark.models.params_io import load_fitted, wide_qd_rows
 from clickeval_spark.models.predict import predict_models, relevance_models
 
 
 def run(ctx: StageContext) -> dict[str, dict[str, float]]:
     cfg = ctx.cfg
-    serps = ctx.serps(tuple(dict.fromkeys(("train", *cfg.predict.splits))))
+    splits = tuple(dict.fromkeys(("train", *cfg.predict.splits)))
+    serps = ctx.serps(splits)
     params = ctx.read("model_params")
     names = tuple(cfg.fit.models)
 
@@ -27,8 +28,9 @@ def run(ctx: StageContext) -> dict[str, dict[str, float]]:
         ranked = tuple(name for name, f in fitted.items() if f.model.qd_params)
         qd = wide_qd_rows(params, ctx.run_id, {name: fitted[name].model for name in ranked}) if ranked else None
         tag = F.lit(ctx.run_id).alias("run_id")
-        ctx.write(predict_models(serps, fitted, qd).select(tag, "*"), "click_predictions",
-                  {"run_id": ctx.run_id, "model": names})
+        # the LL per split is summed by the write's own tasks, not by re-reading what it wrote
+        predictions, log_likelihoods = observe_log_likelihood(predict_models(serps, fitted, qd), names, splits)
+        ctx.write(predictions.select(tag, "*"), "click_predictions", {"run_id": ctx.run_id, "model": names})
         if ranked:
             shown = serps.select("query_id", F.explode("doc_ids").alias("doc_id"))
             labels = ctx.labels()
@@ -39,7 +41,7 @@ def run(ctx: StageContext) -> dict[str, dict[str, float]]:
             ctx.write(scores.select(tag, "*"), "relevance_scores", {"run_id": ctx.run_id, "model": ranked})
         # GCTR / RCTR give every document the same score: no ranking to evaluate
         run.details["relevance_scores"] = {name: name in ranked for name in names}
-        stats = log_likelihood_by_model(ctx.this_run("click_predictions").where(F.col("model").isin(*names)))
+        stats = log_likelihoods()
         lls = {}
         for name in names:
             lls[name], run.counts[f"serps_predicted:{name}"] = stats.get(name, ({}, 0))

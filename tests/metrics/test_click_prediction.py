@@ -1,6 +1,7 @@
 """LL and PPL@t (conditional and unconditional) against an independent numpy computation."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from clickeval_spark.metrics import bootstrap
@@ -129,3 +130,31 @@ def test_serp_stats_equal_spark_sql_to_the_last_fixed_point_unit(spark):
     assert got == expected
     assert got["s0"][:2] == [3, 2]       # 0.0, 1.0, 0.0005 clipped; of p_click 0.9995 and NaN, eps itself not
     assert got["s1"][stats.index("n_4")] == 1 and got["s2"][stats.index("n_1")] == 0
+
+
+def test_observed_log_likelihood_is_taken_by_the_write(spark, tmp_path):
+    """`observe_log_likelihood`: per model and split, the numpy LL of the rows the write wrote and their SERP
+    count, summed by the write itself; groups without rows left out; the written rows untouched."""
+    from clickeval_spark.metrics.click_prediction import observe_log_likelihood
+
+    rng = np.random.default_rng(23)
+    train = random_log(rng, n_sessions=30, split="train")[1]
+    test = random_log(rng, n_sessions=20, split="test")[1]
+    preds = pd.concat([train, test], ignore_index=True)
+    df = spark.createDataFrame(preds, PREDICTIONS_SCHEMA).transform(per_serp)
+    observed, log_likelihoods = observe_log_likelihood(df, ["a", "b", "never-fitted"], ["train", "valid", "test"], EPS)
+    path = str(tmp_path / "click_predictions")
+    observed.write.format("delta").save(path)
+
+    got = log_likelihoods()
+    assert set(got) == {"a", "b"}
+    for model in ("a", "b"):
+        by_split, n = got[model]
+        assert set(by_split) == {"train", "test"}
+        for split, rows in (("train", train), ("test", test)):
+            mine = rows[rows["model"] == model]
+            assert by_split[split] == pytest.approx(numpy_metrics(mine)["LL"], abs=1e-12)
+        assert n == train[train["model"] == model]["serp_id"].nunique() + test[test["model"] == model]["serp_id"].nunique()
+    written = spark.read.format("delta").load(path)
+    assert written.columns == df.columns
+    assert written.count() == df.count() == len(preds.groupby(["model", "split", "serp_id"]))
