@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import re
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date
 from typing import Iterator
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 
 from clickeval_spark import tables
-from clickeval_spark.config import IngestConfig
+from clickeval_spark.config import SPLITS, IngestConfig
 from clickeval_spark.errors import ConfigError, InputError
 from clickeval_spark.sources import canonical, per_query_text, tiangong, yandex
 from clickeval_spark.sources.files import input_files, same_file, shown
@@ -236,34 +237,40 @@ def write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, dataset
         return _write_ingest(spark, out, warehouse, dataset, run_id)
 
 
+def _observed(df: DataFrame, what: str, **counts: Column) -> tuple[DataFrame, Observation]:
+    """``df`` with row counts (``counts``: name -> condition) taken by the action that writes it: Spark's
+    Observation, so the counts are of the rows the write wrote, without reading the table back."""
+    seen = Observation(f"ingest-{what}-{uuid.uuid4().hex}")   # unique: sessions run stages concurrently
+    return df.observe(seen, *[F.count(F.when(cond, 1)).alias(name) for name, cond in counts.items()]), seen
+
+
 def _write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, dataset: str, run_id: str) -> dict[str, int]:
-    tables.replace_slice(out.serps, warehouse, "serps", {"dataset": dataset}, run_id, out.log_dates)
-    tables.replace_slice(out.quarantine, warehouse, "quarantine", {"run_id": run_id, "dataset": dataset}, run_id)
+    serps, serps_seen = _observed(out.serps, "serps", **{split: F.col("split") == split for split in SPLITS})
+    quarantine, quarantine_seen = _observed(out.quarantine, "quarantine",
+                                            **{t: F.col("target") == t for t in ("serps", "relevance_labels")})
+    tables.replace_slice(serps, warehouse, "serps", {"dataset": dataset}, run_id, out.log_dates)
+    tables.replace_slice(quarantine, warehouse, "quarantine", {"run_id": run_id, "dataset": dataset}, run_id)
     counts = dict(out.counts)
-    serps = tables.read_table(spark, warehouse, "serps").where(
-        (F.col("dataset") == dataset) & F.expr(tables.log_date_predicate(out.log_dates)))
-    quarantine = tables.read_table(spark, warehouse, "quarantine").where(
-        (F.col("run_id") == run_id) & (F.col("dataset") == dataset))
-    q_counts = {r["target"]: r["n"] for r in quarantine.groupBy("target").agg(F.count(F.lit(1)).alias("n")).collect()}
-    # one aggregate per table read back (rows per split), not a count per figure
-    per_split = dict(serps.groupBy("split").agg(F.count(F.lit(1)).alias("n")).collect())
+    # a split outside SPLITS is counted nowhere: the reconciliation below fails on it
+    per_split = {split: n for split, n in serps_seen.get.items() if n}
     counts["serps_accepted"] = sum(per_split.values())
-    counts["serps_quarantined"] = q_counts.get("serps", 0)
+    counts["serps_quarantined"] = quarantine_seen.get["serps"]
     for split, n in per_split.items():
         counts[f"serps_{split}"] = n
     if out.labels is not None:
-        tables.replace_slice(out.labels, warehouse, "relevance_labels", {"dataset": dataset}, run_id,
+        labels, labels_seen = _observed(out.labels, "labels", rows=F.lit(True), without_serp=F.col("serp_id").isNull())
+        tables.replace_slice(labels, warehouse, "relevance_labels", {"dataset": dataset}, run_id,
                              out.label_log_dates)
-        labels = tables.read_table(spark, warehouse, "relevance_labels").where(
+        counts["labels_quarantined"] = quarantine_seen.get["relevance_labels"]
+        counts["label_rows"], counts["label_rows_without_serp"] = labels_seen.get["rows"], labels_seen.get["without_serp"]
+        # the labels' days as written (they may reach beyond this input's SERP days), against the SERPs written
+        labels_written = tables.read_table(spark, warehouse, "relevance_labels").where(
             (F.col("dataset") == dataset) & F.expr(tables.log_date_predicate(out.label_log_dates)))
-        counts["labels_quarantined"] = q_counts.get("relevance_labels", 0)
-        [row] = labels.agg(F.count(F.lit(1)).alias("rows"),
-                           F.count_if(F.col("serp_id").isNull()).alias("without_serp")).collect()
-        counts["label_rows"], counts["label_rows_without_serp"] = row["rows"], row["without_serp"]
-        counts["label_pairs_not_in_serps"] = labels.join(
-            serps.select("query_id", F.explode("doc_ids").alias("doc_id")).distinct(),
-            on=["query_id", "doc_id"], how="left_anti",
-        ).count()
+        pairs_written = (tables.read_table(spark, warehouse, "serps")
+                         .where((F.col("dataset") == dataset) & F.expr(tables.log_date_predicate(out.log_dates)))
+                         .select("query_id", F.explode("doc_ids").alias("doc_id")).distinct())
+        counts["label_pairs_not_in_serps"] = labels_written.join(pairs_written, on=["query_id", "doc_id"],
+                                                                 how="left_anti").count()
     counts["read"] = counts["serps_read"] + counts.get("labels_read", 0)
     counts["quarantined"] = counts["serps_quarantined"] + counts.get("labels_quarantined", 0)
     counts["accepted"] = counts["serps_accepted"] + counts.get("labels_accepted", 0)
