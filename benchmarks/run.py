@@ -122,7 +122,11 @@ def reference_arrays(spark, warehouse: str, cfg, M: int):
     Pairs are numbered by a 64-bit hash of (query_id, doc_id) collected from Spark and
     np.unique'd here; this is the benchmark's setup, not part of any timing.
     """
-    serps = StageContext(spark, cfg, warehouse, "-").serps(("train",))
+    return reference_arrays_of(StageContext(spark, cfg, warehouse, "-").serps(("train",)), M)
+
+
+def reference_arrays_of(serps, M: int):
+    """`reference_arrays` of any SERP rows (query_id, doc_ids, clicks)."""
     pair_hash = F.transform(F.slice("doc_ids", 1, M), lambda d: F.xxhash64(F.col("query_id"), d))
     tbl = serps.select(pair_hash.alias("h"), F.slice("clicks", 1, M).cast("array<tinyint>").alias("c")).toArrow()
     h_list, c_list = tbl.column("h").combine_chunks(), tbl.column("c").combine_chunks()
