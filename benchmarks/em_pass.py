@@ -46,9 +46,14 @@ def _timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def spark_passes(packed, name: str, passes: int) -> list[float]:
+def first_pass(name: str):
+    """The model and a pass plan of one candidate from the start values, no prior."""
     model = get_model(name)
-    plan = [PassPlan("step", {k: np.asarray(v, float) for k, v in model.init_global(M).items()}, None)]
+    return model, [PassPlan("step", {k: np.asarray(v, float) for k, v in model.init_global(M).items()}, None)]
+
+
+def spark_passes(packed, name: str, passes: int) -> list[float]:
+    model, plan = first_pass(name)
     blocks, times = packed.blocks, []
     for _ in range(passes):
         t = time.perf_counter()
@@ -62,8 +67,7 @@ def spark_passes(packed, name: str, passes: int) -> list[float]:
 
 
 def pass_anatomy(packed, name: str, repeats: int = 3) -> dict[str, list[float]]:
-    model = get_model(name)
-    plan = [PassPlan("step", {k: np.asarray(v, float) for k, v in model.init_global(M).items()}, None)]
+    model, plan = first_pass(name)
     rows = packed.blocks.select(*PASS_SCHEMA.fieldNames())
     local = rows.toArrow().to_batches()   # the benchmark's setup: the blocks in this process, untimed
     kernel = _iteration_fn(model, plan, (0,))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date
@@ -237,16 +236,14 @@ def write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, dataset
         return _write_ingest(spark, out, warehouse, dataset, run_id)
 
 
-def _observed(df: DataFrame, what: str, **counts: Column) -> tuple[DataFrame, Observation]:
-    """``df`` with row counts (``counts``: name -> condition) taken by the action that writes it: Spark's
-    Observation, so the counts are of the rows the write wrote, without reading the table back."""
-    seen = Observation(f"ingest-{what}-{uuid.uuid4().hex}")   # unique: sessions run stages concurrently
-    return df.observe(seen, *[F.count(F.when(cond, 1)).alias(name) for name, cond in counts.items()]), seen
+def _counted(df: DataFrame, what: str, **counts: Column) -> tuple[DataFrame, Observation]:
+    """`tables.observed` with row counts: name -> condition."""
+    return tables.observed(df, f"ingest-{what}", *[F.count(F.when(cond, 1)).alias(name) for name, cond in counts.items()])
 
 
 def _write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, dataset: str, run_id: str) -> dict[str, int]:
-    serps, serps_seen = _observed(out.serps, "serps", **{split: F.col("split") == split for split in SPLITS})
-    quarantine, quarantine_seen = _observed(out.quarantine, "quarantine",
+    serps, serps_seen = _counted(out.serps, "serps", **{split: F.col("split") == split for split in SPLITS})
+    quarantine, quarantine_seen = _counted(out.quarantine, "quarantine",
                                             **{t: F.col("target") == t for t in ("serps", "relevance_labels")})
     tables.replace_slice(serps, warehouse, "serps", {"dataset": dataset}, run_id, out.log_dates)
     tables.replace_slice(quarantine, warehouse, "quarantine", {"run_id": run_id, "dataset": dataset}, run_id)
@@ -258,7 +255,7 @@ def _write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, datase
     for split, n in per_split.items():
         counts[f"serps_{split}"] = n
     if out.labels is not None:
-        labels, labels_seen = _observed(out.labels, "labels", rows=F.lit(True), without_serp=F.col("serp_id").isNull())
+        labels, labels_seen = _counted(out.labels, "labels", rows=F.lit(True), without_serp=F.col("serp_id").isNull())
         tables.replace_slice(labels, warehouse, "relevance_labels", {"dataset": dataset}, run_id,
                              out.label_log_dates)
         counts["labels_quarantined"] = quarantine_seen.get["relevance_labels"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+import uuid
 from datetime import date, datetime
 from typing import Callable, Sequence, TypeVar
 
@@ -20,7 +21,7 @@ from delta.exceptions.captured import (ConcurrentAppendException, ConcurrentDele
                                        MetadataChangedException, ProtocolChangedException)
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -253,6 +254,14 @@ def conform(df: DataFrame, name: str) -> DataFrame:
     """Select the table's columns in order, cast to its types: the write's schema contract."""
     schema = SCHEMAS[name]
     return df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+
+
+def observed(df: DataFrame, what: str, *metrics: Column) -> tuple[DataFrame, Observation]:
+    """``df`` with global aggregates ``metrics`` taken by the action that runs it (Spark's Observation):
+    sums of what a write wrote, by the write's own tasks, without reading the table back.
+    ``Observation.get`` gives them once that action has run."""
+    seen = Observation(f"{what}-{uuid.uuid4().hex}")   # unique: sessions run stages concurrently
+    return df.observe(seen, *metrics), seen
 
 
 def replace_slice(df: DataFrame, warehouse: str, name: str, keys: dict[str, str], run_id: str,

@@ -9,16 +9,16 @@ are functions of those sums, so the bootstrap can reweight whole sessions.
 from __future__ import annotations
 
 import itertools
-import uuid
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from clickeval_spark import tables
 from clickeval_spark.metrics.bootstrap import SCALE
 from clickeval_spark.models.attach import list_value_lengths, padded
 
@@ -181,10 +181,9 @@ def observe_log_likelihood(predictions: DataFrame, models: Sequence[str], splits
         metrics += [F.sum(F.when(hit, F.col("_serp_ll"))).alias(f"ll_{i}"),
                     F.sum(F.when(hit, F.size("p_click_cond"))).alias(f"positions_{i}"),
                     F.count(F.when(hit, 1)).alias(f"serps_{i}")]
-    observation = Observation(f"log_likelihood_by_model-{uuid.uuid4().hex}")   # unique: sessions run stages concurrently
-    observed = (predictions.withColumn("_serp_ll", _serp_ll(eps))
-                .observe(observation, *metrics)
-                .drop("_serp_ll"))
+    observed, observation = tables.observed(predictions.withColumn("_serp_ll", _serp_ll(eps)),
+                                            "log_likelihood_by_model", *metrics)
+    observed = observed.drop("_serp_ll")
 
     def result() -> dict[str, tuple[dict[str, float], int]]:
         sums, out = observation.get, {}
