@@ -8,7 +8,9 @@ in one local[*] session:
 
 1. the numpy reference's PBM / UBM passes (benchmarks/numpy_reference.py) on the same SERPs;
 2. per --block-serps: the log packed as `fit` packs it, then --passes EM passes of each model (one
-   candidate, no prior) through `blocks.run_iteration`, the median of all passes but the first;
+   candidate, no prior) through `blocks.run_iteration` (the "stages" engine: a Spark job per pass),
+   and as many in one barrier stage (`resident.ResidentPasses`, the "resident" engine; the stage's
+   start-up is printed apart), the median of all passes but the first;
 3. on the last packing, what a pass is made of: every block's E- and M-step in this process
    (`_iteration_fn` over the collected blocks: the kernels alone), a pass that sends the blocks
    through Python unchanged and caches them (Arrow and the cache, no kernel), and a pass over the
@@ -33,6 +35,7 @@ from benchmarks.run import reference_arrays_of
 from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.models import get_model
 from clickeval_spark.models.blocks import PASS_SCHEMA, PassPlan, _iteration_fn, release, run_iteration
+from clickeval_spark.models.resident import ResidentPasses, cluster_slots
 from clickeval_spark.models.spark_em import pack_serps
 from clickeval_spark.runtime import session_for
 from clickeval_spark.sources import synthetic
@@ -64,6 +67,22 @@ def spark_passes(packed, name: str, passes: int) -> list[float]:
         times.append(time.perf_counter() - t)
     release(blocks)
     return times
+
+
+def resident_passes(packed, name: str, passes: int) -> tuple[list[float], float]:
+    """``passes`` passes in one barrier stage (`resident.ResidentPasses`): (seconds per pass, seconds to start)."""
+    model, plan = first_pass(name)
+    t = time.perf_counter()
+    engine = ResidentPasses(packed.blocks, model, M, packed.first_blocks,
+                            min(packed.n_blocks, cluster_slots(packed.blocks)))
+    start, times = time.perf_counter() - t, []
+    try:
+        for _ in range(passes):
+            times.append(_timed(lambda: engine.run(plan)))
+        release(engine.finish())
+    finally:
+        engine.close()
+    return times, start
 
 
 def pass_anatomy(packed, name: str, repeats: int = 3) -> dict[str, list[float]]:
@@ -108,7 +127,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--serps", type=int, default=1_000_000)
     ap.add_argument("--block-serps", default="131072,262144")
-    ap.add_argument("--models", default="pbm,ubm")
+    ap.add_argument("--models", default="pbm,ubm,dbn")
     ap.add_argument("--passes", type=int, default=6)
     ap.add_argument("--gathers", type=int, default=20)
     ap.add_argument("--workdir", default="/tmp/clickeval-em-pass")
@@ -136,9 +155,14 @@ def main(argv=None) -> int:
             for name in models:
                 times = spark_passes(packed, name, args.passes)
                 spark_s = statistics.median(times[1:])
-                rows.append((block_serps, packed.n_blocks, name, spark_s, numpy_s[name] / spark_s))
+                rows.append((block_serps, packed.n_blocks, "stages", name, spark_s, numpy_s[name] / spark_s))
                 print(f"spark {name}, {packed.n_blocks} blocks: {spark_s:.3f} s per pass "
                       f"({', '.join(f'{t:.3f}' for t in times)})", flush=True)
+                times, start = resident_passes(packed, name, args.passes)
+                spark_s = statistics.median(times[1:])
+                rows.append((block_serps, packed.n_blocks, "resident", name, spark_s, numpy_s[name] / spark_s))
+                print(f"spark resident {name}, {packed.n_blocks} blocks: {spark_s:.3f} s per pass "
+                      f"({', '.join(f'{t:.3f}' for t in times)}), stage up in {start:.2f} s", flush=True)
             if i < len(sizes) - 1:
                 packed.unpersist()
         anatomy, n_blocks = pass_anatomy(packed, models[0]), packed.n_blocks
@@ -147,9 +171,10 @@ def main(argv=None) -> int:
     finally:
         spark.stop()
     print(f"\n{args.serps:,} SERPs, {args.passes} passes, medians of all but the first\n")
-    print("| block_serps | blocks | model | Spark s per pass | numpy s per pass | numpy / Spark |\n|---|---|---|---|---|---|")
-    for block_serps, n_blocks, name, spark_s, ratio in rows:
-        print(f"| {block_serps} | {n_blocks} | {name} | {spark_s:.3f} | {numpy_s[name]:.3f} | {ratio:.2f} |")
+    print("| block_serps | blocks | engine | model | Spark s per pass | numpy s per pass | numpy / Spark |\n"
+          "|---|---|---|---|---|---|---|")
+    for block_serps, n_blocks, engine, name, spark_s, ratio in rows:
+        print(f"| {block_serps} | {n_blocks} | {engine} | {name} | {spark_s:.3f} | {numpy_s[name]:.3f} | {ratio:.2f} |")
     print(f"\n| a pass of {models[0]}, {n_blocks} blocks, taken apart | s (each try) |\n|---|---|")
     for what, times in anatomy.items():
         print(f"| {what} | {', '.join(f'{t:.3f}' for t in times)} |")

@@ -26,7 +26,7 @@ from typing import Any, Literal, Mapping
 import yaml
 
 from clickeval_spark.errors import ConfigError
-from clickeval_spark.models import MODELS  # the kernel registry (numpy only: no Spark at config time)
+from clickeval_spark.models import ENGINES as FIT_ENGINES, MODELS  # the kernel registry (numpy only: no Spark at config time)
 from clickeval_spark.models.priors import DEFAULT_K_GRID, DEFAULT_WARMUP
 
 # the checkout, for scripts that live in it (benchmarks/); config locations never resolve against it
@@ -228,8 +228,14 @@ class FitConfig:
     model_priors: dict[str, PriorOverride] = field(default_factory=dict)
     # with spark.checkpoint_dir: EM's state is checkpointed every this many passes (ALS's checkpointInterval)
     checkpoint_interval: int = 10
+    # how EM passes run (spark_em.ENGINES): "stages", one Spark job per pass; "resident", every pass in one
+    # barrier stage whose tasks keep the blocks; "auto", resident where the cluster allows it (no dynamic
+    # allocation). The fitted parameters are the same bit for bit.
+    engine: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.engine not in FIT_ENGINES:
+            raise ConfigError(f"fit.engine: {self.engine!r} not allowed; allowed: {list(FIT_ENGINES)}")
         bad = [m for m in self.models if m not in MODEL_NAMES]
         if bad or not self.models:
             raise ConfigError(f"fit.models: {bad or '[]'} not allowed; allowed: {list(MODEL_NAMES)}")

@@ -17,6 +17,10 @@ MODELS: dict[str, ClickModel] = {
     m.name: m for m in (GCTR(), RCTR(), DCTR(), PBM(), CM(), UBM(), DCM(), CCM(), DBN(), SDBN())
 }
 
+#: how a fit runs its EM passes (`spark_em.fit_groups`'s ``engine``): one Spark job per pass, every pass in
+#: one barrier stage (`resident.ResidentPasses`), or the second where the cluster allows it
+ENGINES = ("auto", "stages", "resident")
+
 
 def get_model(name: str) -> ClickModel:
     try:
@@ -26,5 +30,5 @@ def get_model(name: str) -> ClickModel:
                          + ", ".join(MODELS)) from None
 
 
-__all__ = ["MODELS", "get_model", "ClickModel", "Stats",
+__all__ = ["MODELS", "ENGINES", "get_model", "ClickModel", "Stats",
            "GCTR", "RCTR", "DCTR", "PBM", "CM", "UBM", "DCM", "CCM", "DBN", "SDBN"]

@@ -49,7 +49,7 @@ import bisect
 import io
 import math
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -471,32 +471,60 @@ def _lanes(plans: list[PassPlan], n_groups: int) -> list[list[int]]:
     return [[c for c, plan in enumerate(plans) if plan.group == g] for g in range(n_groups)]
 
 
-def _iteration_fn(model: ClickModel, plans: list[PassPlan], first_blocks: tuple[int, ...]):
+def block_pass(model: ClickModel, plans: list[PassPlan], lanes: list[list[int]], first_blocks: tuple[int, ...],
+               block: int, data, state_buf) -> tuple[np.ndarray, np.ndarray]:
+    """One pass of every candidate over one block: (the block's new state (C_g, 3, P, n_pairs), its stats vector
+    for all C candidates, zeros where a candidate is not the block's group's or holds).
+
+    ``data``: the block's `encode_data` buffer; ``state_buf``: its state (None before the first pass).
+    """
     P = len(model.qd_params)
+    mine = lanes[_group_of(block, first_blocks)]
+    clicks, pair, weight, n_pairs, n_train = decode_data(data)
+    state = decode_state(state_buf, len(mine), P, n_pairs)
+    size = sum(n for _, n in stats_layout(model, clicks.shape[1]))
+    new, vec = np.empty((len(mine), 3, P, n_pairs)), np.zeros(len(plans) * size)
+    for slot, c in enumerate(mine):
+        plan = plans[c]
+        if plan.mode == "hold":   # only after a first pass: the state exists
+            new[slot] = state[slot]
+            continue
+        new[slot], vec[c * size:(c + 1) * size] = em_block(
+            model, plan.g, clicks, pair, n_pairs, None if state is None else state[slot], plan.update,
+            n_train=n_train, weight=weight, estep=plan.mode == "step", ppl_eps=plan.ppl_eps)
+    return new, vec
+
+
+def pass_plans(plans: list[PassPlan], n_groups: int) -> tuple[list[PassPlan], list[list[int]]]:
+    """The plans with float64 global parameters, and their lanes (`_lanes`): what a task needs for `block_pass`."""
     plans = [PassPlan(p.mode, {k: np.asarray(v, dtype=np.float64) for k, v in p.g.items()}, p.update, p.group,
                       p.ppl_eps) for p in plans]
-    C = len(plans)
-    lanes = _lanes(plans, len(first_blocks))
+    return plans, _lanes(plans, n_groups)
+
+
+def sum_block_stats(model: ClickModel, M: int, plans: list[PassPlan], vecs: Iterable[np.ndarray],
+                    ) -> list[dict[str, np.ndarray] | None]:
+    """Per candidate, the sum of the blocks' stats vectors ``vecs`` (in block order: the sums are then the
+    same whatever task finished first); None for a held candidate."""
+    size = sum(n for _, n in stats_layout(model, M))
+    total = np.zeros(len(plans) * size)
+    for vec in vecs:
+        total = total + vec
+    return [None if plan.mode == "hold" else split_stats(model, M, total[c * size:(c + 1) * size])
+            for c, plan in enumerate(plans)]
+
+
+def _iteration_fn(model: ClickModel, plans: list[PassPlan], first_blocks: tuple[int, ...]):
+    plans, lanes = pass_plans(plans, len(first_blocks))
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             states, stats = [], []
             data_col, state_col = batch.column("data"), batch.column("state")
             for i, block in enumerate(batch.column("block").to_pylist()):
-                mine = lanes[_group_of(block, first_blocks)]
-                clicks, pair, weight, n_pairs, n_train = decode_data(data_col[i].as_buffer())
                 old = state_col[i]
-                state = decode_state(old.as_buffer() if old.is_valid else None, len(mine), P, n_pairs)
-                size = sum(n for _, n in stats_layout(model, clicks.shape[1]))
-                new, vec = np.empty((len(mine), 3, P, n_pairs)), np.zeros(C * size)
-                for slot, c in enumerate(mine):
-                    plan = plans[c]
-                    if plan.mode == "hold":   # only after a first pass: the state exists
-                        new[slot] = state[slot]
-                        continue
-                    new[slot], vec[c * size:(c + 1) * size] = em_block(
-                        model, plan.g, clicks, pair, n_pairs, None if state is None else state[slot], plan.update,
-                        n_train=n_train, weight=weight, estep=plan.mode == "step", ppl_eps=plan.ppl_eps)
+                new, vec = block_pass(model, plans, lanes, first_blocks, block, data_col[i].as_buffer(),
+                                      old.as_buffer() if old.is_valid else None)
                 stats.append(vec.tobytes())
                 states.append(new.tobytes())
             yield pa.RecordBatch.from_arrays(
@@ -522,12 +550,7 @@ def run_iteration(blocks: DataFrame, model: ClickModel, plans: list[PassPlan], M
            .mapInArrow(_iteration_fn(model, plans, first_blocks), PASS_SCHEMA)
            .cache())
     rows = sorted(out.select("block", "stats").collect(), key=lambda r: r["block"])
-    size = sum(n for _, n in stats_layout(model, M))
-    total = np.zeros(len(plans) * size)
-    for r in rows:
-        total = total + np.frombuffer(r["stats"], dtype=np.float64)
-    return out, [None if plan.mode == "hold" else split_stats(model, M, total[c * size:(c + 1) * size])
-                 for c, plan in enumerate(plans)]
+    return out, sum_block_stats(model, M, plans, (np.frombuffer(r["stats"], dtype=np.float64) for r in rows))
 
 
 def qd_table(blocks: DataFrame, packed: DataFrame, model: ClickModel, slots: tuple[int, ...] = (0,),

@@ -75,11 +75,13 @@ import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from clickeval_spark.models import ENGINES
 from clickeval_spark.models.attach import truncate_serps
 from clickeval_spark.models.base import INIT_VALUE, ClickModel
 from clickeval_spark.models.blocks import (PackedLog, PassPlan, checkpointed, global_params, pack_log, qd_table,
                                            release, run_iteration)
 from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.models.resident import EngineLost, ResidentPasses, cluster_slots
 from clickeval_spark.models.priors import (DEFAULT_K, DEFAULT_K_GRID, DEFAULT_WARMUP, ModelPrior, log_prior,
                                            model_prior, pooled_mean)
 
@@ -150,7 +152,7 @@ def _qd_update(cand: _Candidate, model: ClickModel, sums: dict[str, np.ndarray],
 def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20, tol: float | None = None,
         max_rank: int = 10, prior: ModelPrior | None = None, k_grid: Sequence[float] = DEFAULT_K_GRID,
         prior_warmup: int = DEFAULT_WARMUP, logger: logging.Logger | None = None,
-        checkpoint_interval: int = 10) -> FittedModel:
+        checkpoint_interval: int = 10, engine: str = "auto") -> FittedModel:
     """Fit ``model`` on canonical ``serps`` rows (every row is training data) or an already packed log.
 
     Ranks beyond ``max_rank`` are ignored (a packed log keeps its own);
@@ -171,7 +173,8 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20
     packed = serps if isinstance(serps, PackedLog) else pack_serps(serps, max_rank)
     try:
         [fitted] = fit_groups(packed, model, iterations=iterations, tol=tol, prior=prior, k_grid=k_grid,
-                              prior_warmup=prior_warmup, logger=logger, checkpoint_interval=checkpoint_interval)
+                              prior_warmup=prior_warmup, logger=logger, checkpoint_interval=checkpoint_interval,
+                              engine=engine)
     finally:
         if packed is not serps:
             packed.unpersist()
@@ -182,7 +185,7 @@ def fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int = 20, to
                prior: ModelPrior | None = None, k_grid: Sequence[float] = DEFAULT_K_GRID,
                prior_warmup: int = DEFAULT_WARMUP, logger: logging.Logger | None = None,
                checkpoint_interval: int = 10, select_on_held_out: bool = True,
-               ppl_eps: float | None = None) -> list[FittedModel]:
+               ppl_eps: float | None = None, engine: str = "auto") -> list[FittedModel]:
     """`fit` of every group of ``packed`` (`blocks.BlockGroup`), all in the same passes: one FittedModel per
     group, each the fit its group's SERPs would get alone.
 
@@ -190,7 +193,15 @@ def fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int = 20, to
     strength or to end the warm-up (the surrogate stage packs the real SERPs beside every
     generator's sequences to score them). ``ppl_eps``: the final pass also sums their perplexity
     terms (`FittedModel.held_out_ppl`).
+
+    ``engine`` (`ENGINES`): how the passes run. "stages": one Spark job per pass (`blocks.run_iteration`),
+    checkpointed every ``checkpoint_interval`` passes. "resident": every pass in one barrier stage whose
+    tasks keep the blocks (`resident.ResidentPasses`); the same sums bit for bit, without a job per pass;
+    if that stage is lost the fit starts again with "stages". "auto": resident for an iterative model
+    when the cluster has slots for it (no dynamic allocation), else stages.
     """
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     if iterations < 1:
         raise ValueError("iterations must be >= 1")
     if checkpoint_interval < 1:
@@ -198,11 +209,36 @@ def fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int = 20, to
     if prior_warmup < 1:
         raise ValueError("prior_warmup must be >= 1")
     log = logger or _log
-    M = packed.max_rank
     for g, group in enumerate(packed.groups):
         if group.n_serps == 0:
             raise ValueError("fit: no SERP with a query_id and a non-empty doc list"
                              + (f" in group {g}" if len(packed.groups) > 1 else ""))
+    options = dict(iterations=iterations, tol=tol, prior=prior, k_grid=k_grid, prior_warmup=prior_warmup, log=log,
+                   checkpoint_interval=checkpoint_interval, select_on_held_out=select_on_held_out, ppl_eps=ppl_eps)
+    tasks = _resident_tasks(packed, model, engine)
+    if tasks:
+        try:
+            return _fit_groups(packed, model, resident_tasks=tasks, **options)
+        except EngineLost as e:
+            log.warning("%s: the resident EM stage was lost (%s); fitting again with one Spark stage per pass",
+                        model.name, e)
+    return _fit_groups(packed, model, resident_tasks=0, **options)
+
+
+def _resident_tasks(packed: PackedLog, model: ClickModel, engine: str) -> int:
+    """Tasks of the resident stage (0: the stage engine): one per block, at most one per slot."""
+    if engine == "stages" or (engine == "auto" and not model.iterative):
+        return 0
+    tasks = min(packed.n_blocks, cluster_slots(packed.blocks))
+    if engine == "resident" and tasks < 1:
+        raise ValueError("engine 'resident': the cluster has no slot for a barrier stage (dynamic allocation?)")
+    return tasks
+
+
+def _fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int, tol: float | None, prior: ModelPrior | None,
+                k_grid: Sequence[float], prior_warmup: int, log: logging.Logger, checkpoint_interval: int,
+                select_on_held_out: bool, ppl_eps: float | None, resident_tasks: int) -> list[FittedModel]:
+    M = packed.max_rank
     passes = iterations if model.iterative else 1
     prior = prior or model_prior(model, M)
     init = {k: np.asarray(v, dtype=np.float64) for k, v in model.init_global(M).items()}
@@ -236,13 +272,20 @@ def fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int = 20, to
 
     def one_pass(plans: list[PassPlan]) -> list[dict[str, np.ndarray] | None]:
         nonlocal blocks
+        if engine is not None:
+            return engine.run(plans)
         new_blocks, all_sums = run_iteration(blocks, model, plans, M, packed.first_blocks)
         drop(blocks)
         blocks = new_blocks
         return all_sums
 
-    blocks = packed.blocks
+    blocks, engine = packed.blocks, None
     try:
+        if resident_tasks:
+            t0 = time.perf_counter()
+            engine = ResidentPasses(packed.blocks, model, M, packed.first_blocks, resident_tasks)
+            log.info("%s resident EM stage: %d tasks up in %.2f s", model.name, engine.n_tasks,
+                     time.perf_counter() - t0)
         for it in range(1, passes + 1):
             t0 = time.perf_counter()
             all_sums = one_pass([PassPlan("step" if c.active else "hold", c.g, c.update, c.group) for c in cands])
@@ -270,13 +313,15 @@ def fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int = 20, to
                     c.active = False
             if not any(c.active for c in cands):
                 break
-            if it % checkpoint_interval == 0 and it < passes:
+            if engine is None and it % checkpoint_interval == 0 and it < passes:
                 # past ~80 passes the growing lineage overflows the JVM stack when a task is serialised
                 t0 = time.perf_counter()
                 blocks = checkpointed(blocks)
                 log.info("%s pass %d checkpointed: %.2f s", model.name, it, time.perf_counter() - t0)
         t0 = time.perf_counter()
         final = one_pass([PassPlan("score", c.g, c.update, c.group, ppl_eps) for c in cands])
+        if engine is not None:
+            blocks = engine.finish()
         log.info("%s final pass: %.2f s", model.name, time.perf_counter() - t0)
         for c, sums in zip(cands, final):
             record(c, c.done, sums, c.pending_secs)
@@ -293,6 +338,8 @@ def fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int = 20, to
             qd_all = packed.blocks.sparkSession.createDataFrame(
                 [], "group int, query_id string, doc_id string, n_obs double")
     finally:
+        if engine is not None:
+            engine.close()
         drop(blocks)
     out = []
     for g, (mine, slot) in enumerate(chosen):

@@ -38,7 +38,7 @@ def run(ctx: StageContext) -> dict[str, list]:
                 fitted = fit(packed, model, iterations=fcfg.iterations, tol=fcfg.tol,
                              prior=model_prior(model, packed.max_rank, kind, k, families),
                              k_grid=fcfg.prior.grid, prior_warmup=fcfg.prior.warmup, logger=log,
-                             checkpoint_interval=fcfg.checkpoint_interval)
+                             checkpoint_interval=fcfg.checkpoint_interval, engine=fcfg.engine)
                 rows.append(fitted.to_rows(ctx.run_id))
                 run.counts["iterations"] = max(0, len(fitted.history) - 1)
                 run.details["history"] = [{"iteration": i, "train_ll": ll, "log_posterior": lp, "seconds": s}

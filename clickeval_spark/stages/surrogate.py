@@ -70,7 +70,7 @@ def run(ctx: StageContext) -> list[dict]:
         prior = model_prior(surrogate, max_rank, *ctx.cfg.fit.prior_overrides(scfg.model))
         try:
             fits = fit_groups(packed, surrogate, iterations=scfg.iterations, prior=prior, logger=log,
-                              select_on_held_out=False, ppl_eps=scfg.eps)
+                              select_on_held_out=False, ppl_eps=scfg.eps, engine=ctx.cfg.fit.engine)
         finally:
             packed.unpersist()
         t_fit = time.perf_counter() - t0 - t_pack

@@ -125,8 +125,10 @@ def run_fit(spark, serps, name: str, kill_after: tuple[int, ...]) -> dict:
     t0 = time.monotonic()
     out = {"executors_before": wait_for_executors(spark, N_EXECUTORS)}
     try:
+        # the stage engine: its checkpoints are what a lost executor is recovered from (the resident
+        # engine refits from the start instead: tests/models/test_resident.py)
         fitted = fit(serps, get_model(MODEL), iterations=ITERATIONS, checkpoint_interval=CHECKPOINT_INTERVAL,
-                     logger=logger)
+                     logger=logger, engine="stages")
         out["values"] = fitted_values(fitted)
     except Exception as exc:  # the control fit is meant to fail: keep what Spark said
         out["error"] = f"{type(exc).__name__}: {exc}"

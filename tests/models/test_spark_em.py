@@ -277,7 +277,7 @@ def test_fit_bit_identical_on_any_partitioning(spark):
 
 
 def test_a_fit_leaves_no_local_checkpoint_persisted(spark):
-    """EM cuts its lineage with a local checkpoint every checkpoint_interval passes; each one is freed once the
+    """The stage engine cuts its lineage with a local checkpoint every checkpoint_interval passes; each one is freed once the
     next pass is cached. Before the fix every checkpoint stayed persisted until the session ended (one copy of
     the whole EM state each: a 10M-SERP fit ran out of heap). Only the fit's qd table stays."""
     before = set(spark.sparkContext._jsc.getPersistentRDDs().keySet())
@@ -287,11 +287,14 @@ def test_a_fit_leaves_no_local_checkpoint_persisted(spark):
 
     log = Log(get_model("pbm"), n_serps=300, M=5, seed=3)
     packed = spark_em.pack_serps(log.df(spark), max_rank=5)
-    fitted = fit(packed, get_model("pbm"), iterations=9, tol=None, max_rank=5, checkpoint_interval=2)
+    fitted = fit(packed, get_model("pbm"), iterations=9, tol=None, max_rank=5, checkpoint_interval=2, engine="stages")
     assert fitted.history[-1][0] == 9
     assert new_persisted() == 2   # the packed log and the qd table
+    # the resident engine's final blocks (a local checkpoint of its barrier stage) are freed as well
+    fit(packed, get_model("pbm"), iterations=3, tol=None, max_rank=5, engine="resident")
+    assert new_persisted() == 3   # and the second fit's qd table
     packed.unpersist()
-    assert new_persisted() == 1
+    assert new_persisted() == 2
 
 
 def test_one_packed_log_serves_several_models(spark):

@@ -1,0 +1,259 @@
+"""EM passes inside one long-running barrier stage: blocks decoded once, their state kept in the tasks.
+
+The stage engine (`blocks.run_iteration`) runs one Spark job per pass: about 0.6-0.8 s of
+scheduling, task launch and Arrow transfer of every block and its state, whatever the log's
+size (benchmarks/em_pass.py). Here one barrier stage (every task launched at once, at most one
+per slot of the cluster) holds the packed blocks for the whole fit: each task decodes its
+blocks once and keeps their state in its Python worker. Per pass the driver sends the pass
+plans over a socket and reads back every block's stats vector (a few hundred numbers); it adds
+them in block order as `run_iteration` does, and every block runs the same `blocks.block_pass`:
+the same sums and parameters, bit for bit. After the last pass each task returns its blocks with
+their final state as the stage's rows (locally checkpointed; reliably too with a checkpoint
+directory), which `blocks.qd_table` reads.
+
+The driver side is a TCP server on ``spark.driver.host``, as XGBoost's PySpark tracker and
+TorchDistributor do it. A task proves itself with a random token from its closure, and the
+driver never unpickles what a task sends (raw int64 and float64).
+
+Costs: barrier mode needs every task running at once and refuses dynamic allocation, and a
+barrier stage restarts whole. A lost task ends the engine (`EngineLost`); `spark_em.fit_groups`
+then refits from the start with the stage engine, whose checkpoints survive a lost executor.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import pickle
+import secrets
+import socket
+import struct
+import threading
+import time
+import uuid
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark import BarrierTaskContext
+from pyspark.sql import DataFrame
+
+from clickeval_spark.models.base import ClickModel
+from clickeval_spark.models.blocks import (PASS_SCHEMA, PassPlan, block_pass, checkpointed, pass_plans, release,
+                                           stats_layout, sum_block_stats)
+
+_log = logging.getLogger(__name__)
+_LENGTH = struct.Struct("<q")
+_TOKEN_BYTES = 32
+#: how long the driver waits for every task to say hello (slots held by another job delay the launch)
+CONNECT_TIMEOUT = 300.0
+_POLL = 0.5   # seconds between looks at the barrier job while waiting on a socket
+_HELLO_LIMIT = 1 << 24   # bytes: the token and a task's block numbers
+_HELLO_SECONDS = 10.0    # from connecting to the end of the hello
+
+
+class EngineLost(RuntimeError):
+    """The barrier stage ended, or a task went away, before the fit was done."""
+
+
+def _send(sock: socket.socket, payload: bytes) -> None:
+    sock.sendall(_LENGTH.pack(len(payload)))
+    sock.sendall(payload)
+
+
+def _recv_exact(sock: socket.socket, n: int, alive=lambda: None) -> bytearray:
+    """``n`` bytes; ``alive`` is called whenever the socket times out (it raises to give up)."""
+    buf, got = bytearray(n), 0
+    view = memoryview(buf)
+    while got < n:
+        try:
+            k = sock.recv_into(view[got:])
+        except socket.timeout:
+            alive()
+            continue
+        if k == 0:
+            raise EngineLost("connection closed")
+        got += k
+    return buf
+
+
+def _recv(sock: socket.socket, alive=lambda: None, limit: int | None = None) -> bytearray:
+    (n,) = _LENGTH.unpack(_recv_exact(sock, _LENGTH.size, alive))
+    if n < 0 or (limit is not None and n > limit):
+        raise EngineLost(f"a message of {n} bytes (at most {limit})")
+    return _recv_exact(sock, n, alive)
+
+
+def cluster_slots(df: DataFrame) -> int:
+    """Tasks the cluster runs at once now (0 with dynamic allocation: barrier mode refuses it)."""
+    sc = df.sparkSession.sparkContext
+    if sc.getConf().get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+        return 0
+    jsc = sc._jsc.sc()   # no public API for the slot count; the barrier scheduler checks this same number
+    return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+
+
+def _task_fn(model: ClickModel, first_blocks: tuple[int, ...], address: tuple[str, int], token: bytes):
+    """The barrier task: decode the blocks of its partition, then run passes until the driver says finish."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        ctx = BarrierTaskContext.get()
+        kept, ids, data, states = [], [], [], []
+        for batch in batches:   # the buffers stay valid while their batch is kept
+            kept.append(batch)
+            data_col, state_col = batch.column("data"), batch.column("state")
+            for i, block in enumerate(batch.column("block").to_pylist()):
+                ids.append(block)
+                data.append(data_col[i].as_buffer())
+                states.append(state_col[i].as_buffer() if state_col[i].is_valid else None)
+        vecs: list[np.ndarray] = []
+        with socket.create_connection(address) as sock:
+            hello = np.array([ctx.partitionId(), ctx.attemptNumber(), len(ctx.getTaskInfos()), len(ids), *ids],
+                             dtype=np.int64)
+            _send(sock, token + hello.tobytes())
+            while True:
+                command, plans = pickle.loads(_recv(sock))
+                if command == "finish":
+                    break
+                plans, lanes = pass_plans(plans, len(first_blocks))
+                vecs = []
+                for i, block in enumerate(ids):
+                    states[i], vec = block_pass(model, plans, lanes, first_blocks, block, data[i], states[i])
+                    vecs.append(vec)
+                _send(sock, b"".join(v.tobytes() for v in vecs))
+        done = iter(zip(states, vecs or [None] * len(ids)))
+        for batch in kept:
+            mine = [next(done) for _ in range(batch.num_rows)]
+            yield pa.RecordBatch.from_arrays(
+                [batch.column("block"), batch.column("data"),
+                 pa.array([None if s is None else np.ascontiguousarray(s).tobytes() for s, _ in mine], pa.binary()),
+                 pa.array([None if v is None else v.tobytes() for _, v in mine], pa.binary())],
+                names=PASS_SCHEMA.fieldNames())
+
+    return run
+
+
+class ResidentPasses:
+    """The passes of one fit in one barrier stage over ``blocks`` (a packed log's, or PASS_SCHEMA rows), in at
+    most ``n_tasks`` tasks (no more than the cluster's slots: `cluster_slots`).
+
+    ``run(plans)`` is one pass, with `blocks.run_iteration`'s sums; ``finish()`` ends the stage and
+    returns the blocks with their final state; ``close()`` cancels the stage if it is still running.
+    """
+
+    def __init__(self, blocks: DataFrame, model: ClickModel, M: int, first_blocks: tuple[int, ...],
+                 n_tasks: int, *, connect_timeout: float = CONNECT_TIMEOUT):
+        self.model, self.M = model, M
+        spark = blocks.sparkSession
+        self._sc = spark.sparkContext
+        conf = self._sc.getConf()
+        host = conf.get("spark.driver.host")
+        self._server = socket.create_server((conf.get("spark.driver.bindAddress") or host, 0))
+        self._server.settimeout(_POLL)
+        token = secrets.token_bytes(_TOKEN_BYTES)
+        rows = blocks.select(*PASS_SCHEMA.fieldNames())
+        # a barrier stage may not change its number of partitions (no coalesce): a shuffle to one per task
+        if rows.rdd.getNumPartitions() != n_tasks:
+            rows = rows.repartitionByRange(n_tasks, "block")
+        stage = rows.mapInArrow(_task_fn(model, first_blocks, (host, self._server.getsockname()[1]), token),
+                                PASS_SCHEMA, barrier=True)
+        self._group = f"clickeval-resident-{uuid.uuid4().hex}"
+        self._final: DataFrame | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._materialise, args=(stage,), name=self._group, daemon=True)
+        self._thread.start()
+        self._conns: list[tuple[socket.socket, list[int]]] = []
+        self.n_tasks = 0
+        try:
+            self._accept(token, connect_timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    def _materialise(self, stage: DataFrame) -> None:
+        """The barrier job (in its own thread): it runs until the driver sends finish."""
+        self._sc.setJobGroup(self._group, "clickeval resident EM passes", interruptOnCancel=True)
+        try:
+            self._final = stage.localCheckpoint(eager=True)
+        except BaseException as e:   # reported to the driver's waits
+            self._error = e
+
+    def _alive(self) -> None:
+        if not self._thread.is_alive() and self._final is None:
+            raise EngineLost(f"the barrier stage ended: {self._error!r}") from self._error
+
+    def _hello_alive(self, deadline: float) -> None:
+        self._alive()
+        if time.monotonic() > deadline:
+            raise EngineLost("no hello before the deadline")
+
+    def _accept(self, token: bytes, timeout: float) -> None:
+        """Every task's connection: as many as the stage has tasks (a range repartition of few blocks may
+        make fewer partitions than asked for), each with its block numbers."""
+        deadline = time.monotonic() + timeout
+        seen, n_tasks = set(), None
+        while n_tasks is None or len(self._conns) < n_tasks:
+            try:
+                conn, _ = self._server.accept()
+            except socket.timeout:
+                self._alive()
+                if time.monotonic() > deadline:
+                    raise EngineLost(f"{len(self._conns)} of {n_tasks or '?'} tasks connected within {timeout:.0f} s")
+                continue
+            conn.settimeout(_POLL)
+            said_by = min(deadline, time.monotonic() + _HELLO_SECONDS)
+            try:   # a stranger on the port gets a few seconds and a few MB to say hello, no more
+                hello = _recv(conn, lambda: self._hello_alive(said_by), limit=_HELLO_LIMIT)
+            except EngineLost:
+                self._alive()
+                conn.close()
+                continue
+            if not hmac.compare_digest(bytes(hello[:_TOKEN_BYTES]), token):
+                conn.close()   # not one of ours
+                continue
+            partition, attempt, n_tasks, n, *ids = np.frombuffer(hello, dtype=np.int64, offset=_TOKEN_BYTES).tolist()
+            if partition in seen or len(ids) != n:
+                conn.close()
+                raise EngineLost(f"task {partition} (attempt {attempt}) joined twice: the stage restarted")
+            seen.add(partition)
+            self._conns.append((conn, ids))
+        self.n_tasks = n_tasks
+
+    def run(self, plans: list[PassPlan]) -> list[dict[str, np.ndarray] | None]:
+        """One pass: every block's stats, summed in block order per candidate (None for a held one)."""
+        self._alive()   # a task killed with its JVM side (a cancel) may leave its Python worker answering
+        payload = pickle.dumps(("pass", list(plans)), protocol=pickle.HIGHEST_PROTOCOL)
+        for conn, _ in self._conns:
+            _send(conn, payload)
+        size = len(plans) * sum(n for _, n in stats_layout(self.model, self.M))
+        by_block = {}
+        for conn, ids in self._conns:
+            vecs = np.frombuffer(_recv(conn, self._alive), dtype=np.float64)
+            if vecs.size != len(ids) * size:
+                raise EngineLost(f"a task sent {vecs.size} sums, expected {len(ids) * size}")
+            by_block.update(zip(ids, vecs.reshape(len(ids), size)))
+        return sum_block_stats(self.model, self.M, plans, (by_block[b] for b in sorted(by_block)))
+
+    def finish(self) -> DataFrame:
+        """End the stage: the blocks as PASS_SCHEMA rows with their final state, checkpointed."""
+        for conn, _ in self._conns:
+            _send(conn, pickle.dumps(("finish", None)))
+        self._thread.join()
+        self._alive()
+        final = self._final
+        self.close()
+        if self._sc.getCheckpointDir() is None:
+            return final
+        reliable = checkpointed(final)   # a lost executor's final state is read back, not recomputed by the stage
+        release(final)
+        return reliable
+
+    def close(self) -> None:
+        """Cancel the stage if it still runs; close every socket."""
+        if self._thread.is_alive():
+            self._sc.cancelJobGroup(self._group)
+        for conn, _ in self._conns:
+            conn.close()
+        self._conns = []
+        self._server.close()
+        self._thread.join(timeout=60)

@@ -1,0 +1,140 @@
+"""The resident EM engine (one barrier stage for every pass) against the stage engine (one Spark job per pass)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import pytest
+from pyspark.sql import functions as F
+
+from clickeval_spark.models import attach, blocks, get_model, resident, spark_em
+from tests.models.test_spark_em import Log
+
+
+def _values(f):
+    """Everything a fit returns, as exact values (arrays as bytes)."""
+    return (sorted(tuple(r) for r in f.qd.collect()), {k: v.tobytes() for k, v in f.glob.items()}, f.prior,
+            f.history and [h[:2] for h in f.history], f.log_posterior, f.valid_ll, f.selection,
+            f.held_out_ppl and [a.tobytes() for a in f.held_out_ppl])
+
+
+def _grouped_log(spark, model, M):
+    """Two logs side by side, each with held-out SERPs (the surrogate stage's shape)."""
+    cut = lambda df: attach.truncate_serps(df, M, keep=("serp_id",))  # noqa: E731
+    prep = None
+    for g, (n, seed) in enumerate(((240, 41), (90, 42))):
+        log, held = Log(model, n_serps=n, M=M, seed=seed), Log(model, n_serps=40, M=M, seed=seed + 10)
+        part = (cut(log.df(spark)).withColumn("held_out", F.lit(False))
+                .unionByName(cut(held.df(spark)).withColumn("held_out", F.lit(True))).withColumn("group", F.lit(g)))
+        prep = part if prep is None else prep.unionByName(part)
+    return blocks.pack_log(prep, M)
+
+
+@pytest.mark.parametrize("name", ["ubm", "dbn"])
+def test_resident_fit_is_bit_identical_to_the_stage_engine(spark, name, caplog):
+    """k: auto (a candidate per grid strength, picked on held-out SERPs), tol, pooled priors: every value of the
+    fit, the history's LLs and the chosen strength equal the stage engine's bit for bit."""
+    model, M = get_model(name), 5
+    log, valid = Log(model, n_serps=400, M=M, seed=51), Log(model, n_serps=80, M=M, seed=52)
+    packed = spark_em.pack_serps(log.df(spark), max_rank=M, held_out=valid.df(spark))
+    options = dict(iterations=8, tol=1e-3, max_rank=M, k_grid=(0.5, 4.0, 32.0))
+    try:
+        stages = spark_em.fit(packed, model, engine="stages", **options)
+        with caplog.at_level(logging.INFO, logger="clickeval_spark.models.spark_em"):
+            res = spark_em.fit(packed, model, engine="resident", **options)
+    finally:
+        packed.unpersist()
+    assert "resident EM stage: 2 tasks up" in caplog.text   # local[2]: one task per slot
+    assert "fitting again" not in caplog.text
+    assert res.selection is not None and len(res.history) > 2
+    assert _values(res) == _values(stages)
+
+
+def test_resident_groups_fit_bit_identical_with_held_out_perplexity(spark):
+    """Several logs in one pack, held-out SERPs only scored, the final pass's perplexity terms (the surrogate
+    stage's call): each group's fit equals the stage engine's."""
+    model, M = get_model("dcm"), 5
+    packed = _grouped_log(spark, model, M)
+    options = dict(iterations=4, select_on_held_out=False, ppl_eps=1e-6)
+    try:
+        stages = spark_em.fit_groups(packed, model, engine="stages", **options)
+        res = spark_em.fit_groups(packed, model, engine="resident", **options)
+    finally:
+        packed.unpersist()
+    assert [_values(f) for f in res] == [_values(f) for f in stages]
+    assert _values(res[0])[1] != _values(res[1])[1]   # two logs, two fits
+
+
+def test_a_lost_resident_stage_fits_again_with_stages(spark, monkeypatch, caplog):
+    """The barrier job cancelled after three passes (as a lost executor ends it): the driver notices, cancels
+    what is left and the fit starts again with one Spark job per pass, with the same result."""
+    model, M = get_model("pbm"), 5
+    log = Log(model, n_serps=300, M=M, seed=61)
+    packed = spark_em.pack_serps(log.df(spark), max_rank=M)
+    real_run, calls = resident.ResidentPasses.run, []
+
+    def run_then_lose(self, plans):
+        calls.append(1)
+        if len(calls) == 4:   # between two passes: the job ends (its Python workers may live on a while)
+            self._sc.cancelJobGroup(self._group)
+            self._thread.join(60)
+        return real_run(self, plans)
+
+    options = dict(iterations=6, tol=None, max_rank=M)
+    try:
+        expected = spark_em.fit(packed, model, engine="stages", **options)
+        monkeypatch.setattr(resident.ResidentPasses, "run", run_then_lose)
+        with caplog.at_level(logging.WARNING, logger="clickeval_spark.models.spark_em"):
+            got = spark_em.fit(packed, model, engine="resident", **options)
+    finally:
+        packed.unpersist()
+    assert len(calls) == 4
+    assert "the resident EM stage was lost" in caplog.text and "fitting again with one Spark stage" in caplog.text
+    assert _values(got) == _values(expected)
+
+
+def test_the_driver_ignores_a_connection_without_the_token(spark, monkeypatch):
+    """A stranger connecting to the driver's port while the tasks join is dropped; the fit goes on."""
+    model, M = get_model("pbm"), 4
+    log = Log(model, n_serps=120, M=M, seed=71)
+    packed = spark_em.pack_serps(log.df(spark), max_rank=M)
+    real_accept, strangers = resident.ResidentPasses._accept, []
+
+    def accept_after_a_stranger(self, token, timeout):
+        stranger = socket.create_connection(self._server.getsockname()[:2])
+        resident._send(stranger, b"x" * (resident._TOKEN_BYTES + 40))
+        strangers.append(stranger)
+        real_accept(self, token, timeout)
+        assert stranger.recv(1) == b""   # closed by the driver
+
+    monkeypatch.setattr(resident.ResidentPasses, "_accept", accept_after_a_stranger)
+    try:
+        got = spark_em.fit(packed, model, engine="resident", iterations=3, tol=None, max_rank=M)
+        expected = spark_em.fit(packed, model, engine="stages", iterations=3, tol=None, max_rank=M)
+    finally:
+        packed.unpersist()
+        for s in strangers:
+            s.close()
+    assert len(strangers) == 1
+    assert _values(got) == _values(expected)
+
+
+def test_auto_engine_choice(spark, monkeypatch):
+    """auto: resident for an iterative model when the cluster has slots; stages for a counting model or
+    with no slot (dynamic allocation); an explicit resident request without a slot is an error."""
+    log = Log(get_model("pbm"), n_serps=60, M=3, seed=81)
+    packed = spark_em.pack_serps(log.df(spark), max_rank=3)
+    try:
+        assert resident.cluster_slots(packed.blocks) == 2
+        assert spark_em._resident_tasks(packed, get_model("pbm"), "auto") == 2
+        assert spark_em._resident_tasks(packed, get_model("dctr"), "auto") == 0
+        assert spark_em._resident_tasks(packed, get_model("pbm"), "stages") == 0
+        monkeypatch.setattr(spark_em, "cluster_slots", lambda df: 0)
+        assert spark_em._resident_tasks(packed, get_model("pbm"), "auto") == 0
+        with pytest.raises(ValueError, match="no slot for a barrier stage"):
+            spark_em._resident_tasks(packed, get_model("pbm"), "resident")
+        with pytest.raises(ValueError, match="engine must be one of"):
+            spark_em.fit(packed, get_model("pbm"), engine="fast")
+    finally:
+        packed.unpersist()
