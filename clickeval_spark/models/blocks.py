@@ -380,6 +380,9 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
     shapes = dict(sorted(model.global_shapes(M).items()))
     mask = pair >= 0
     index = np.where(mask, pair, 0)
+    # the sums' bins: a masked rank goes to a spare bin n_pairs, dropped after the sum. bincount then takes
+    # whole rows (no boolean gather of indices and weights per pass) and adds the same terms in the same order
+    spare = np.where(mask, pair, n_pairs).astype(np.intp)
     if state is None:
         values, num_prev, den_prev = np.full((P, n_pairs), INIT_VALUE), np.zeros((P, n_pairs)), np.zeros((P, n_pairs))
     else:
@@ -387,7 +390,7 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
     lp = 0.0
     if update is not None and P:
         k, m = (np.asarray(a, dtype=np.float64)[:, None] for a in update)
-        seen = np.bincount(index[:n_train][mask[:n_train]], minlength=n_pairs) > 0
+        seen = np.bincount(spare[:n_train].ravel(), minlength=n_pairs + 1)[:n_pairs] > 0
         values = np.where(seen[None, :], posterior_mode(num_prev, den_prev, values, k, m), m)
         lp = log_prior(values[:, seen], k, m)
     qd_num = np.zeros((P, n_pairs))
@@ -417,12 +420,12 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
         # the E-step and the LL under the same parameters, in one kernel call
         st, row_ll = model.estep_and_log_likelihood(qd, g, c, m_, w)
         ll += float(row_ll @ w)
-        flat = ix[m_]
-        w_pos = np.broadcast_to(w[:, None], m_.shape)[m_]
+        bins, w_col = spare[lo:hi].ravel(), w[:, None]
         for j, p in enumerate(params):
             num, den = st.qd[p]
-            qd_num[j] += np.bincount(flat, weights=np.broadcast_to(num, m_.shape)[m_] * w_pos, minlength=n_pairs)
-            qd_den[j] += np.bincount(flat, weights=np.broadcast_to(den, m_.shape)[m_] * w_pos, minlength=n_pairs)
+            for acc, terms in ((qd_num[j], num), (qd_den[j], den)):
+                acc += np.bincount(bins, weights=np.broadcast_to(terms * w_col, m_.shape).ravel(),
+                                   minlength=n_pairs + 1)[:n_pairs]
         for k_, s in shapes.items():
             num, den = st.glob[k_]
             g_num[k_] += np.broadcast_to(np.asarray(num, dtype=np.float64), s)

@@ -81,9 +81,11 @@ class UBM(ClickModel):
         B, M = a.shape
         p_attr, p_exam = examination_posteriors(a, gam, p, clicks, mask)
         m = mask.astype(float)
-        # Sum the examination posteriors into their (rank, last click) cells.
-        cell = (np.arange(M)[None, :] * (M + 1) + lastk)[mask]
-        w = np.broadcast_to(row_weight(weight), (B, M))[mask]
-        num = np.bincount(cell, weights=p_exam[mask] * w, minlength=M * (M + 1)).reshape(M, M + 1)
-        den = np.bincount(cell, weights=w, minlength=M * (M + 1)).reshape(M, M + 1)
+        # Sum the examination posteriors into their (rank, last click) cells; a masked rank into a spare
+        # cell M (M + 1), dropped: whole rows to bincount, the same terms in the same order as only the ranks
+        n_cells = M * (M + 1)
+        cell = np.where(mask, np.arange(M)[None, :] * (M + 1) + lastk, n_cells).ravel()
+        w = np.broadcast_to(row_weight(weight), (B, M))
+        num = np.bincount(cell, weights=(p_exam * w).ravel(), minlength=n_cells + 1)[:n_cells].reshape(M, M + 1)
+        den = np.bincount(cell, weights=w.ravel(), minlength=n_cells + 1)[:n_cells].reshape(M, M + 1)
         return Stats(qd={"alpha": (p_attr * m, m)}, glob={"gamma": (num, den)})
