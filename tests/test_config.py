@@ -18,6 +18,8 @@ def test_checkpoint_settings():
     local, cluster = load_config(CONF / "local.yaml"), load_config(CONF / "cluster.yaml")
     assert (local.spark.checkpoint_dir, local.fit.checkpoint_interval) == (None, 10)
     assert cluster.spark.checkpoint_dir == "s3a://my-search-logs/clickeval/checkpoints"
+    # the cluster example recovers EM from those checkpoints (the stage engine); embedded runs pick for themselves
+    assert (local.fit.engine, cluster.fit.engine) == ("auto", "stages")
 
 
 def _load(tmp_path, text, **overrides):
@@ -37,6 +39,7 @@ def _load(tmp_path, text, **overrides):
     ("ingest: {split: {ratios: {train: 1, holdout: 1}}}", "ingest.split.ratios: keys must be among"),
     ("run_id: \"x' OR 1=1\"", "run_id \"x' OR 1=1\" is not allowed"),
     ("fit: {checkpoint_interval: 0}", "fit.checkpoint_interval: must be >= 1"),
+    ("fit: {engine: fast}", "fit.engine: 'fast' not allowed; allowed: ['auto', 'stages', 'resident']"),
     ("spark: {checkpoint_dir: [a]}", "spark.checkpoint_dir: expected a string, got ['a']"),
 ])
 def test_bad_config_names_the_key_and_allowed_values(tmp_path, text, message):

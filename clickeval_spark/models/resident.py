@@ -12,8 +12,8 @@ their final state as the stage's rows (locally checkpointed; reliably too with a
 directory), which `blocks.qd_table` reads.
 
 The driver side is a TCP server on ``spark.driver.host``, as XGBoost's PySpark tracker and
-TorchDistributor do it. A task proves itself with a random token from its closure, and the
-driver never unpickles what a task sends (raw int64 and float64).
+TorchDistributor do it. A task proves itself with a random token from its closure; nothing on the
+socket is unpickled: the driver sends JSON, the tasks raw int64 and float64.
 
 Costs: barrier mode needs every task running at once and refuses dynamic allocation, and a
 barrier stage restarts whole. A lost task ends the engine (`EngineLost`); `spark_em.fit_groups`
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-import pickle
+import json
 import secrets
 import socket
 import struct
@@ -84,6 +84,34 @@ def _recv(sock: socket.socket, alive=lambda: None, limit: int | None = None) -> 
     return _recv_exact(sock, n, alive)
 
 
+def _array(a) -> dict:
+    a = np.asarray(a, dtype=np.float64)
+    return {"shape": list(a.shape), "values": a.ravel().tolist()}   # JSON floats are repr: exact round trips
+
+
+def _unarray(d: dict) -> np.ndarray:
+    return np.array(d["values"], dtype=np.float64).reshape(d["shape"])
+
+
+def encode_plans(plans: list[PassPlan] | None) -> bytes:
+    """A pass's plans (None: finish) as JSON: the tasks parse data, never code (no pickle on a socket)."""
+    if plans is None:
+        return json.dumps({"command": "finish"}).encode()
+    return json.dumps({"command": "pass", "plans": [
+        {"mode": p.mode, "g": {k: _array(v) for k, v in p.g.items()},
+         "update": None if p.update is None else [_array(a) for a in p.update],
+         "group": p.group, "ppl_eps": p.ppl_eps} for p in plans]}).encode()
+
+
+def decode_plans(buf) -> list[PassPlan] | None:
+    msg = json.loads(bytes(buf))
+    if msg["command"] == "finish":
+        return None
+    return [PassPlan(p["mode"], {k: _unarray(v) for k, v in p["g"].items()},
+                     None if p["update"] is None else tuple(_unarray(a) for a in p["update"]), p["group"], p["ppl_eps"])
+            for p in msg["plans"]]
+
+
 def cluster_slots(df: DataFrame) -> int:
     """Tasks the cluster runs at once now (0 with dynamic allocation: barrier mode refuses it)."""
     sc = df.sparkSession.sparkContext
@@ -112,8 +140,8 @@ def _task_fn(model: ClickModel, first_blocks: tuple[int, ...], address: tuple[st
                              dtype=np.int64)
             _send(sock, token + hello.tobytes())
             while True:
-                command, plans = pickle.loads(_recv(sock))
-                if command == "finish":
+                plans = decode_plans(_recv(sock))
+                if plans is None:   # finish
                     break
                 plans, lanes = pass_plans(plans, len(first_blocks))
                 vecs = []
@@ -222,7 +250,7 @@ class ResidentPasses:
     def run(self, plans: list[PassPlan]) -> list[dict[str, np.ndarray] | None]:
         """One pass: every block's stats, summed in block order per candidate (None for a held one)."""
         self._alive()   # a task killed with its JVM side (a cancel) may leave its Python worker answering
-        payload = pickle.dumps(("pass", list(plans)), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = encode_plans(list(plans))
         for conn, _ in self._conns:
             _send(conn, payload)
         size = len(plans) * sum(n for _, n in stats_layout(self.model, self.M))
@@ -237,7 +265,7 @@ class ResidentPasses:
     def finish(self) -> DataFrame:
         """End the stage: the blocks as PASS_SCHEMA rows with their final state, checkpointed."""
         for conn, _ in self._conns:
-            _send(conn, pickle.dumps(("finish", None)))
+            _send(conn, encode_plans(None))
         self._thread.join()
         self._alive()
         final = self._final

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 
+import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
@@ -138,3 +139,19 @@ def test_auto_engine_choice(spark, monkeypatch):
             spark_em.fit(packed, get_model("pbm"), engine="fast")
     finally:
         packed.unpersist()
+
+
+def test_pass_plans_cross_the_socket_as_exact_json():
+    """The driver's plans reach the tasks as JSON (data, not pickle) and come back bit for bit."""
+    rng = np.random.default_rng(5)
+    plans = [blocks.PassPlan("step", {"gamma": rng.random((3, 4)) ** 7, "lambda": np.array(-0.0)},
+                             (np.array([0.5, 4.0]), np.array([1 / 3, 2 ** -1074])), 1, 1e-6),
+             blocks.PassPlan("hold", {"gamma": np.full((3, 4), np.nextafter(0.5, 1))}, None)]
+    wire = resident.encode_plans(plans)
+    back = resident.decode_plans(bytearray(wire))
+    assert b"pickle" not in wire and wire.startswith(b'{"command": "pass"')
+    assert [(p.mode, p.group, p.ppl_eps) for p in back] == [("step", 1, 1e-6), ("hold", 0, None)]
+    for p, q in zip(plans, back):
+        assert {k: (v.shape, v.tobytes()) for k, v in p.g.items()} == {k: (v.shape, v.tobytes()) for k, v in q.g.items()}
+    assert [a.tobytes() for a in back[0].update] == [a.tobytes() for a in plans[0].update] and back[1].update is None
+    assert resident.decode_plans(resident.encode_plans(None)) is None
