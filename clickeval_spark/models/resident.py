@@ -251,21 +251,27 @@ class ResidentPasses:
         """One pass: every block's stats, summed in block order per candidate (None for a held one)."""
         self._alive()   # a task killed with its JVM side (a cancel) may leave its Python worker answering
         payload = encode_plans(list(plans))
-        for conn, _ in self._conns:
-            _send(conn, payload)
         size = len(plans) * sum(n for _, n in stats_layout(self.model, self.M))
         by_block = {}
-        for conn, ids in self._conns:
-            vecs = np.frombuffer(_recv(conn, self._alive), dtype=np.float64)
-            if vecs.size != len(ids) * size:
-                raise EngineLost(f"a task sent {vecs.size} sums, expected {len(ids) * size}")
-            by_block.update(zip(ids, vecs.reshape(len(ids), size)))
+        try:
+            for conn, _ in self._conns:
+                _send(conn, payload)
+            for conn, ids in self._conns:
+                vecs = np.frombuffer(_recv(conn, self._alive), dtype=np.float64)
+                if vecs.size != len(ids) * size:
+                    raise EngineLost(f"a task sent {vecs.size} sums, expected {len(ids) * size}")
+                by_block.update(zip(ids, vecs.reshape(len(ids), size)))
+        except (ConnectionError, socket.timeout) as e:   # a task's end of the socket went away with it
+            raise EngineLost(f"a task's connection failed: {e!r}") from e
         return sum_block_stats(self.model, self.M, plans, (by_block[b] for b in sorted(by_block)))
 
     def finish(self) -> DataFrame:
         """End the stage: the blocks as PASS_SCHEMA rows with their final state, checkpointed."""
-        for conn, _ in self._conns:
-            _send(conn, encode_plans(None))
+        try:
+            for conn, _ in self._conns:
+                _send(conn, encode_plans(None))
+        except ConnectionError as e:
+            raise EngineLost(f"a task's connection failed: {e!r}") from e
         self._thread.join()
         self._alive()
         final = self._final

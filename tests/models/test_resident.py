@@ -67,9 +67,11 @@ def test_resident_groups_fit_bit_identical_with_held_out_perplexity(spark):
     assert _values(res[0])[1] != _values(res[1])[1]   # two logs, two fits
 
 
-def test_a_lost_resident_stage_fits_again_with_stages(spark, monkeypatch, caplog):
-    """The barrier job cancelled after three passes (as a lost executor ends it): the driver notices, cancels
-    what is left and the fit starts again with one Spark job per pass, with the same result."""
+@pytest.mark.parametrize("loss", ["job cancelled", "connection broken"])
+def test_a_lost_resident_stage_fits_again_with_stages(spark, monkeypatch, caplog, loss):
+    """After three passes the barrier job is cancelled (as a lost executor ends it), or a task's connection
+    breaks: the driver notices, cancels what is left and the fit starts again with one Spark job per pass,
+    with the same result."""
     model, M = get_model("pbm"), 5
     log = Log(model, n_serps=300, M=M, seed=61)
     packed = spark_em.pack_serps(log.df(spark), max_rank=M)
@@ -77,9 +79,11 @@ def test_a_lost_resident_stage_fits_again_with_stages(spark, monkeypatch, caplog
 
     def run_then_lose(self, plans):
         calls.append(1)
-        if len(calls) == 4:   # between two passes: the job ends (its Python workers may live on a while)
+        if len(calls) == 4 and loss == "job cancelled":   # the job ends (its Python workers may live on a while)
             self._sc.cancelJobGroup(self._group)
             self._thread.join(60)
+        elif len(calls) == 4:
+            self._conns[0][0].shutdown(socket.SHUT_RDWR)
         return real_run(self, plans)
 
     options = dict(iterations=6, tol=None, max_rank=M)
