@@ -98,6 +98,13 @@ def row_weight(weight: np.ndarray | None) -> np.ndarray | float:
     return 1.0 if weight is None else np.asarray(weight, dtype=np.float64)[:, None]
 
 
+def binned_sums(bins: np.ndarray, n: int, weights: np.ndarray | None = None) -> np.ndarray:
+    """Per bin 0..n-1, the sum of ``weights`` (default 1) of the positions in it; positions in the spare bin n
+    (masked ranks) are dropped. Whole rows go to bincount, so no boolean gather per pass, and every real
+    bin adds the same terms in the same order as a sum over the unmasked positions alone."""
+    return np.bincount(bins, weights=weights, minlength=n + 1)[:n]
+
+
 def sample_clicks(model: ClickModel, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
                   mask: np.ndarray, u: np.ndarray, deterministic: bool = False) -> np.ndarray:
     """Draw click sequences rank by rank: C_r = [u_r < P(C_r=1 | sampled clicks above)].

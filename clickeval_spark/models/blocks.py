@@ -59,7 +59,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.models.attach import list_lengths
-from clickeval_spark.models.base import INIT_VALUE, ClickModel, log_likelihood
+from clickeval_spark.models.base import INIT_VALUE, ClickModel, binned_sums, log_likelihood
 from clickeval_spark.models.priors import FamilyPrior, log_prior, pooled_rank_means, posterior_mode
 
 #: SERPs per block: enough that a task's numpy work dwarfs its scheduling cost, small
@@ -380,9 +380,7 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
     shapes = dict(sorted(model.global_shapes(M).items()))
     mask = pair >= 0
     index = np.where(mask, pair, 0)
-    # the sums' bins: a masked rank goes to a spare bin n_pairs, dropped after the sum. bincount then takes
-    # whole rows (no boolean gather of indices and weights per pass) and adds the same terms in the same order
-    spare = np.where(mask, pair, n_pairs).astype(np.intp)
+    spare = np.where(mask, pair, n_pairs).astype(np.intp)   # the sums' bins (`base.binned_sums`)
     if state is None:
         values, num_prev, den_prev = np.full((P, n_pairs), INIT_VALUE), np.zeros((P, n_pairs)), np.zeros((P, n_pairs))
     else:
@@ -390,7 +388,7 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
     lp = 0.0
     if update is not None and P:
         k, m = (np.asarray(a, dtype=np.float64)[:, None] for a in update)
-        seen = np.bincount(spare[:n_train].ravel(), minlength=n_pairs + 1)[:n_pairs] > 0
+        seen = binned_sums(spare[:n_train].ravel(), n_pairs) > 0
         values = np.where(seen[None, :], posterior_mode(num_prev, den_prev, values, k, m), m)
         lp = log_prior(values[:, seen], k, m)
     qd_num = np.zeros((P, n_pairs))
@@ -423,9 +421,8 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
         bins, w_col = spare[lo:hi].ravel(), w[:, None]
         for j, p in enumerate(params):
             num, den = st.qd[p]
-            for acc, terms in ((qd_num[j], num), (qd_den[j], den)):
-                acc += np.bincount(bins, weights=np.broadcast_to(terms * w_col, m_.shape).ravel(),
-                                   minlength=n_pairs + 1)[:n_pairs]
+            qd_num[j] += binned_sums(bins, n_pairs, np.broadcast_to(num * w_col, m_.shape).ravel())
+            qd_den[j] += binned_sums(bins, n_pairs, np.broadcast_to(den * w_col, m_.shape).ravel())
         for k_, s in shapes.items():
             num, den = st.glob[k_]
             g_num[k_] += np.broadcast_to(np.asarray(num, dtype=np.float64), s)

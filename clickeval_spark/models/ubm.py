@@ -13,7 +13,7 @@ from typing import Mapping
 
 import numpy as np
 
-from clickeval_spark.models.base import ClickModel, Stats, log_likelihood, row_weight
+from clickeval_spark.models.base import ClickModel, Stats, binned_sums, log_likelihood, row_weight
 from clickeval_spark.models.pbm import examination_posteriors
 
 
@@ -81,11 +81,10 @@ class UBM(ClickModel):
         B, M = a.shape
         p_attr, p_exam = examination_posteriors(a, gam, p, clicks, mask)
         m = mask.astype(float)
-        # Sum the examination posteriors into their (rank, last click) cells; a masked rank into a spare
-        # cell M (M + 1), dropped: whole rows to bincount, the same terms in the same order as only the ranks
+        # Sum the examination posteriors into their (rank, last click) cells, a masked rank into the spare cell
         n_cells = M * (M + 1)
         cell = np.where(mask, np.arange(M)[None, :] * (M + 1) + lastk, n_cells).ravel()
         w = np.broadcast_to(row_weight(weight), (B, M))
-        num = np.bincount(cell, weights=(p_exam * w).ravel(), minlength=n_cells + 1)[:n_cells].reshape(M, M + 1)
-        den = np.bincount(cell, weights=w.ravel(), minlength=n_cells + 1)[:n_cells].reshape(M, M + 1)
+        num = binned_sums(cell, n_cells, (p_exam * w).ravel()).reshape(M, M + 1)
+        den = binned_sums(cell, n_cells, w.ravel()).reshape(M, M + 1)
         return Stats(qd={"alpha": (p_attr * m, m)}, glob={"gamma": (num, den)})
