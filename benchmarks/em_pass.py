@@ -35,8 +35,8 @@ from benchmarks.run import reference_arrays_of
 from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.models import get_model
 from clickeval_spark.models.blocks import PASS_SCHEMA, PassPlan, _iteration_fn, release, run_iteration
-from clickeval_spark.models.resident import ResidentPasses, cluster_slots
-from clickeval_spark.models.spark_em import pack_serps
+from clickeval_spark.models.resident import ResidentPasses
+from clickeval_spark.models.spark_em import _resident_tasks, pack_serps
 from clickeval_spark.runtime import session_for
 from clickeval_spark.sources import synthetic
 
@@ -73,8 +73,7 @@ def resident_passes(packed, name: str, passes: int) -> tuple[list[float], float]
     """``passes`` passes in one barrier stage (`resident.ResidentPasses`): (seconds per pass, seconds to start)."""
     model, plan = first_pass(name)
     t = time.perf_counter()
-    engine = ResidentPasses(packed.blocks, model, M, packed.first_blocks,
-                            min(packed.n_blocks, cluster_slots(packed.blocks)))
+    engine = ResidentPasses(packed.blocks, model, M, packed.first_blocks, _resident_tasks(packed, model, "resident"))
     start, times = time.perf_counter() - t, []
     try:
         for _ in range(passes):

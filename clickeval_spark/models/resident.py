@@ -23,7 +23,6 @@ then refits from the start with the stage engine, whose checkpoints survive a lo
 from __future__ import annotations
 
 import hmac
-import logging
 import json
 import secrets
 import socket
@@ -42,7 +41,6 @@ from clickeval_spark.models.base import ClickModel
 from clickeval_spark.models.blocks import (PASS_SCHEMA, PassPlan, block_pass, checkpointed, pass_plans, release,
                                            stats_layout, sum_block_stats)
 
-_log = logging.getLogger(__name__)
 _LENGTH = struct.Struct("<q")
 _TOKEN_BYTES = 32
 #: how long the driver waits for every task to say hello (slots held by another job delay the launch)
@@ -253,25 +251,28 @@ class ResidentPasses:
         payload = encode_plans(list(plans))
         size = len(plans) * sum(n for _, n in stats_layout(self.model, self.M))
         by_block = {}
+        self._send_all(payload)
         try:
-            for conn, _ in self._conns:
-                _send(conn, payload)
             for conn, ids in self._conns:
                 vecs = np.frombuffer(_recv(conn, self._alive), dtype=np.float64)
                 if vecs.size != len(ids) * size:
                     raise EngineLost(f"a task sent {vecs.size} sums, expected {len(ids) * size}")
                 by_block.update(zip(ids, vecs.reshape(len(ids), size)))
-        except (ConnectionError, socket.timeout) as e:   # a task's end of the socket went away with it
+        except ConnectionError as e:   # a task's end of the socket went away with it
             raise EngineLost(f"a task's connection failed: {e!r}") from e
         return sum_block_stats(self.model, self.M, plans, (by_block[b] for b in sorted(by_block)))
 
-    def finish(self) -> DataFrame:
-        """End the stage: the blocks as PASS_SCHEMA rows with their final state, checkpointed."""
+    def _send_all(self, payload: bytes) -> None:
+        """``payload`` to every task; a connection that went away with its task ends the engine."""
         try:
             for conn, _ in self._conns:
-                _send(conn, encode_plans(None))
-        except ConnectionError as e:
+                _send(conn, payload)
+        except (ConnectionError, socket.timeout) as e:   # timeout: a task that stopped reading
             raise EngineLost(f"a task's connection failed: {e!r}") from e
+
+    def finish(self) -> DataFrame:
+        """End the stage: the blocks as PASS_SCHEMA rows with their final state, checkpointed."""
+        self._send_all(encode_plans(None))
         self._thread.join()
         self._alive()
         final = self._final
