@@ -4,6 +4,7 @@ from collections import Counter
 import pytest
 
 from clickeval_spark.session import build_session
+from tests.spark_settings import INTERPRETED
 
 
 @pytest.fixture(scope="session")
@@ -17,17 +18,6 @@ def spark(tmp_path_factory):
         session = _test_session(warehouse)
     yield session
     session.stop()
-
-
-# The test session evaluates every expression interpreted, never generating Java (Janino) code for it. The
-# suite runs thousands of small queries on a few hundred rows each: compiling every new plan's code costs far
-# more than it saves. The reliability pipeline (tests/reliability/_pipeline.py, 300 SERPs, every stage) on a
-# warm test session: 30.5-33.8 s with these two settings against 46.3-54.4 s without, its JVM's CPU 193 s
-# against 289 s over four runs (benchmarks/RESULTS.md). Spark's own suites run its expressions both ways;
-# `factoryMode` is the internal switch they use. Every job this suite starts as its own process (the
-# concurrent pipeline, the crash-recovery fit, the standalone cluster's submits) keeps Spark's defaults, and
-# test_reproducibility holds their metrics bit-identical to the baseline's, computed here without codegen.
-INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 
 def _test_session(warehouse):

@@ -34,6 +34,7 @@ from clickeval_spark.models import get_model
 from clickeval_spark.models.spark_em import fit
 from clickeval_spark.runtime import session_for
 from tests.cluster.standalone import SHORT_LIVED_JVM
+from tests.spark_settings import INTERPRETED
 
 MODEL = "dbn"  # qd (attractiveness, satisfaction) and global (gamma) parameters
 ITERATIONS = 6
@@ -152,6 +153,7 @@ def main(out_path: str, work_dir: str) -> None:
             "spark.scheduler.minRegisteredResourcesRatio": "1.0",
             "spark.driver.extraJavaOptions": SHORT_LIVED_JVM,
             "spark.executor.extraJavaOptions": SHORT_LIVED_JVM,
+            **INTERPRETED,
         },
     }
     t0 = time.monotonic()

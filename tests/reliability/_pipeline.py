@@ -28,6 +28,7 @@ from clickeval_spark import tables
 from clickeval_spark.context import StageContext
 from clickeval_spark.stages import STAGES
 from clickeval_spark.config import AppConfig, load_config
+from tests.spark_settings import INTERPRETED
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_RUN = "rel-base"
@@ -41,9 +42,11 @@ RUNS_PER_ATTEMPT = ("started_at", "finished_at", "seconds")
 
 
 def write_conf(directory: Path, warehouse: str, reports: str, *, shuffle_partitions: int = 2,
-               default_parallelism: int = 4) -> str:
+               default_parallelism: int = 4, codegen: bool = False) -> str:
     """The tiny pipeline: 300 SERPs (train:test 2:1, labelled SERPs), rctr + pbm with 2 EM passes,
-    5 bootstrap replicates, pbm as the one generator (2 samples on shuffled lists), a 2-pass DCM surrogate."""
+    5 bootstrap replicates, pbm as the one generator (2 samples on shuffled lists), a 2-pass DCM surrogate.
+    A job run on it evaluates expressions interpreted, as the test session does (tests/spark_settings.py),
+    unless `codegen`."""
     conf = {
         "env": "reliability",
         "spark": {
@@ -56,6 +59,7 @@ def write_conf(directory: Path, warehouse: str, reports: str, *, shuffle_partiti
                 "spark.ui.enabled": "false",
                 "spark.ui.showConsoleProgress": "false",
                 "spark.driver.memory": "1g",
+                **({} if codegen else INTERPRETED),
             },
         },
         "ingest": {
@@ -153,7 +157,9 @@ def concurrent_pair(spark: SparkSession, tmp_path_factory) -> ConcurrentPair:
         base = baseline(spark, tmp_path_factory)
         root = tmp_path_factory.mktemp("concurrent_pair")
         warehouse, reports, log = str(root / "wh"), root / "reports", root / "pipeline.log"
-        conf8 = write_conf(root, warehouse, str(reports), shuffle_partitions=8, default_parallelism=8)
+        # Spark's defaults here: production's code path, against the baseline computed without codegen
+        conf8 = write_conf(root, warehouse, str(reports), shuffle_partitions=8, default_parallelism=8,
+                           codegen=True)
         proc = start_job(job_command("pipeline", conf8, PROC_RUN, f"ingest.dataset={DATASETS[PROC_RUN]}"), log)
         try:
             # start as the job starts its first stage: both runs also race to create every table

@@ -5,7 +5,8 @@ Three runs of the same config and seeds, each from scratch (ingest of the simula
   - the baseline: test session, spark.sql.shuffle.partitions=2, spark.default.parallelism=4;
   - SESSION_RUN: again in the test session with the same settings (the second run);
   - PROC_RUN: a separate `jobs.pipeline` process (a new JVM) with shuffle partitions 8 and default
-    parallelism 8 (so file scans and local data are split differently too).
+    parallelism 8 (so file scans and local data are split differently too), and Spark's generated code,
+    where the test session evaluates expressions interpreted (tests/spark_settings.py).
 AQE's partition coalescing is off in all three, so the shuffles really have 2 and 8 partitions. The two
 later runs are the pair _pipeline.concurrent_pair writes at the same time into one warehouse (test_concurrency
 checks they land completely); their run_ids and dataset names differ from the baseline's and are replaced
