@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pyspark
 
+from tests.spark_settings import INTERPRETED
+
 REPO = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 SUBMIT_SH = REPO / "deploy" / "cluster" / "submit.sh"
@@ -123,7 +125,8 @@ class StandaloneCluster:
     def submit(self, dist: Path, job: str, job_args: list[str], *, cwd: Path, timeout: float = 900) -> Submission:
         """deploy/cluster/submit.sh for one job (a stage, or `pipeline`), plus what this cluster's shape
         needs: the driver on loopback, executors within the workers' memory, no UI ports, and no 3 s wait
-        per task for a "better" executor when every executor is on the same host."""
+        per task for a "better" executor when every executor is on the same host. Expressions run
+        interpreted (tests/spark_settings.py): CI is CPU-bound, and these submits were its longest item."""
         log = self.root / f"submit-{job}.log"
         cmd = [
             "bash", str(SUBMIT_SH), job, "--master", self.master_url,
@@ -135,6 +138,7 @@ class StandaloneCluster:
             "--conf", "spark.locality.wait=0s",
             "--conf", f"spark.driver.extraJavaOptions={SHORT_LIVED_JVM}",
             "--conf", f"spark.executor.extraJavaOptions={SHORT_LIVED_JVM}",
+            *(arg for key, value in INTERPRETED.items() for arg in ("--conf", f"{key}={value}")),
             "--", *job_args,
         ]
         env = spark_env(DIST=str(dist), SPARK_SUBMIT=str(SPARK_HOME / "bin" / "spark-submit"))
