@@ -77,16 +77,30 @@ class ClickModel(ABC):
         arrays stay per row: the caller weights them as it sums them per pair.
         """
 
+    def row_constants(self, clicks: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+        """Arrays the kernel derives from the clicks alone, each with one entry per row (axis 0).
+
+        The clicks never change during a fit, so EM computes a block's once (`blocks.BlockArrays`) and
+        hands each slice's back as ``const`` to `estep_and_log_likelihood` and `scored_log_likelihood`,
+        instead of the kernel deriving them again in every pass. None unless a kernel overrides this.
+        """
+        return {}
+
     def estep_and_log_likelihood(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                                 clicks: np.ndarray, mask: np.ndarray,
-                                 weight: np.ndarray | None = None) -> tuple[Stats, np.ndarray]:
+                                 clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray | None = None,
+                                 const: Mapping[str, np.ndarray] | None = None) -> tuple[Stats, np.ndarray]:
         """`expected_stats` and the per-SERP `log_likelihood` under the same parameters: what an EM pass needs.
 
         A kernel whose E-step already computes P(C_r = 1 | clicks above) overrides this to
         reuse it instead of running `cond_probs` again (issue 17 measured the LL at ~30% of a pass).
+        ``const``: the batch's `row_constants`, or None.
         """
-        return (self.expected_stats(qd, g, clicks, mask, weight),
-                log_likelihood(self.cond_probs(qd, g, clicks, mask), clicks, mask))
+        return self.expected_stats(qd, g, clicks, mask, weight), self.scored_log_likelihood(qd, g, clicks, mask)
+
+    def scored_log_likelihood(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray], clicks: np.ndarray,
+                              mask: np.ndarray, const: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+        """The per-SERP `log_likelihood` alone (held-out SERPs, a fit's last pass); ``const`` as above."""
+        return log_likelihood(self.cond_probs(qd, g, clicks, mask), clicks, mask)
 
     def relevance(self, qd: Mapping[str, np.ndarray]) -> np.ndarray:
         """Relevance score of a (query, doc): attractiveness unless overridden."""

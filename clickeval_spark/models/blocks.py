@@ -59,7 +59,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.models.attach import list_lengths
-from clickeval_spark.models.base import INIT_VALUE, ClickModel, binned_sums, log_likelihood
+from clickeval_spark.models.base import INIT_VALUE, ClickModel, binned_sums
 from clickeval_spark.models.priors import FamilyPrior, log_prior, pooled_rank_means, posterior_mode
 
 #: SERPs per block: enough that a task's numpy work dwarfs its scheduling cost, small
@@ -350,9 +350,48 @@ def split_stats(model: ClickModel, M: int, vec: np.ndarray) -> dict[str, np.ndar
     return out
 
 
-def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray, pair: np.ndarray,
-             n_pairs: int, state: np.ndarray | None, update: tuple[np.ndarray, np.ndarray] | None = None, *,
-             n_train: int | None = None, weight: np.ndarray | None = None, estep: bool = True,
+@dataclass(frozen=True)
+class BlockArrays:
+    """One block's rows as `em_block` reads them, with what every pass derives from the rows alone.
+
+    The resident engine builds each of its blocks' once per fit (its tasks keep their blocks between
+    passes); the stage engine once per pass. Beside the 54 bytes of a packed row (M = 10) it holds
+    about 90 more (mask and bins), and a kernel's `row_constants` (UBM: 80).
+    """
+
+    clicks: np.ndarray     # int8 (B, M)
+    pair: np.ndarray       # int32 (B, M): the block-local pair index, -1 = no rank
+    n_pairs: int
+    n_train: int           # the first n_train rows are training rows, the rest held out
+    weight: np.ndarray     # float64 (B,): how many identical SERPs each row stands for
+    mask: np.ndarray       # bool (B, M): the rank exists
+    bins: np.ndarray       # intp (B, M): the pair, n_pairs (the spare bin of `base.binned_sums`) where masked
+    trained: np.ndarray    # bool (n_pairs,): the pair has a training impression
+    n_valid: float         # positions of the held-out rows, weighted
+    const: Mapping[str, np.ndarray]   # the model's `row_constants`
+
+    @classmethod
+    def of(cls, model: ClickModel, clicks: np.ndarray, pair: np.ndarray, n_pairs: int, n_train: int | None = None,
+           weight: np.ndarray | None = None) -> "BlockArrays":
+        B = clicks.shape[0]
+        n_train = B if n_train is None else int(n_train)
+        weight = np.ones(B) if weight is None else np.asarray(weight, dtype=np.float64)
+        mask = pair >= 0
+        bins = np.where(mask, pair, n_pairs).astype(np.intp)
+        return cls(clicks, pair, int(n_pairs), n_train, weight, mask, bins,
+                   trained=binned_sums(bins[:n_train].ravel(), n_pairs) > 0,
+                   n_valid=float(weight[n_train:] @ mask[n_train:].sum(axis=1)),
+                   const=model.row_constants(clicks, mask))
+
+    @classmethod
+    def decoded(cls, model: ClickModel, buf) -> "BlockArrays":
+        """From an `encode_data` buffer (the arrays are views of it: keep it alive)."""
+        clicks, pair, weight, n_pairs, n_train = decode_data(buf)
+        return cls.of(model, clicks, pair, n_pairs, n_train, weight)
+
+
+def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays, state: np.ndarray | None,
+             update: tuple[np.ndarray, np.ndarray] | None = None, *, estep: bool = True,
              ppl_eps: float | None = None, slice_rows: int = SLICE_ROWS) -> tuple[np.ndarray, np.ndarray]:
     """One EM pass over a block: the qd M-step of the last E-step, then the LL and a new E-step.
 
@@ -364,23 +403,19 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
     the next pass because m needs the whole log's sums. Pairs without a training
     impression (seen only in held-out SERPs) get m.
 
-    Row b stands for ``weight[b]`` identical SERPs (default 1 each: `fold_rows`);
-    every sum counts it that many times. The first ``n_train`` rows (default all)
-    are training data: they give the E-step's sums and the training LL. The rest
-    are held out (the valid split): scored only; with ``ppl_eps`` also by
-    unconditional click probability per rank, clipped to [ppl_eps, 1 - ppl_eps]
-    (perplexity, DESIGN §5). With ``estep`` False nothing new is estimated.
-    Returns (new state, stats vector in `stats_layout` order).
+    Row b stands for ``weight[b]`` identical SERPs (`fold_rows`); every sum counts
+    it that many times. The first ``n_train`` rows are training data: they give the
+    E-step's sums and the training LL. The rest are held out (the valid split):
+    scored only; with ``ppl_eps`` also by unconditional click probability per rank,
+    clipped to [ppl_eps, 1 - ppl_eps] (perplexity, DESIGN §5). With ``estep`` False
+    nothing new is estimated. Returns (new state, stats vector in `stats_layout` order).
     """
+    clicks, mask, spare, weight, n_train, n_pairs = (block.clicks, block.mask, block.bins, block.weight,
+                                                     block.n_train, block.n_pairs)
     B, M = clicks.shape
-    n_train = B if n_train is None else n_train
-    weight = np.ones(B) if weight is None else np.asarray(weight, dtype=np.float64)
     params = model.qd_params
     P = len(params)
     shapes = dict(sorted(model.global_shapes(M).items()))
-    mask = pair >= 0
-    index = np.where(mask, pair, 0)
-    spare = np.where(mask, pair, n_pairs).astype(np.intp)   # the sums' bins (`base.binned_sums`)
     if state is None:
         values, num_prev, den_prev = np.full((P, n_pairs), INIT_VALUE), np.zeros((P, n_pairs)), np.zeros((P, n_pairs))
     else:
@@ -388,9 +423,11 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
     lp = 0.0
     if update is not None and P:
         k, m = (np.asarray(a, dtype=np.float64)[:, None] for a in update)
-        seen = binned_sums(spare[:n_train].ravel(), n_pairs) > 0
+        seen = block.trained
         values = np.where(seen[None, :], posterior_mode(num_prev, den_prev, values, k, m), m)
         lp = log_prior(values[:, seen], k, m)
+    # each pair's value, and in the spare bin one a masked rank reads (kernels ignore masked ranks)
+    padded = np.concatenate([values, np.full((P, 1), INIT_VALUE)], axis=1)
     qd_num = np.zeros((P, n_pairs))
     qd_den = np.zeros((P, n_pairs))
     g_num = {k_: np.zeros(s) for k_, s in shapes.items()}
@@ -401,10 +438,11 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
     bounds = [(lo, min(lo + slice_rows, n_train)) for lo in range(0, n_train, slice_rows)]
     bounds += [(lo, min(lo + slice_rows, B)) for lo in range(n_train, B, slice_rows)]
     for lo, hi in bounds:
-        c, m_, ix, w = clicks[lo:hi], mask[lo:hi], index[lo:hi], weight[lo:hi]
-        qd = {p: values[j][ix] for j, p in enumerate(params)}
+        c, m_, bins, w = clicks[lo:hi], mask[lo:hi], spare[lo:hi], weight[lo:hi]
+        qd = {p: padded[j][bins] for j, p in enumerate(params)}
+        const = {k_: v[lo:hi] for k_, v in block.const.items()} or None
         if lo >= n_train or not estep:   # scored only
-            part = float(log_likelihood(model.cond_probs(qd, g, c, m_), c, m_) @ w)
+            part = float(model.scored_log_likelihood(qd, g, c, m_, const) @ w)
             if lo < n_train:
                 ll += part
                 continue
@@ -416,13 +454,13 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
                 ppl_n += w @ m_
             continue
         # the E-step and the LL under the same parameters, in one kernel call
-        st, row_ll = model.estep_and_log_likelihood(qd, g, c, m_, w)
+        st, row_ll = model.estep_and_log_likelihood(qd, g, c, m_, w, const)
         ll += float(row_ll @ w)
-        bins, w_col = spare[lo:hi].ravel(), w[:, None]
+        flat, w_col = bins.ravel(), w[:, None]
         for j, p in enumerate(params):
             num, den = st.qd[p]
-            qd_num[j] += binned_sums(bins, n_pairs, np.broadcast_to(num * w_col, m_.shape).ravel())
-            qd_den[j] += binned_sums(bins, n_pairs, np.broadcast_to(den * w_col, m_.shape).ravel())
+            qd_num[j] += binned_sums(flat, n_pairs, np.broadcast_to(num * w_col, m_.shape).ravel())
+            qd_den[j] += binned_sums(flat, n_pairs, np.broadcast_to(den * w_col, m_.shape).ravel())
         for k_, s in shapes.items():
             num, den = st.glob[k_]
             g_num[k_] += np.broadcast_to(np.asarray(num, dtype=np.float64), s)
@@ -430,8 +468,7 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], clicks: np.ndarray,
     if not estep:
         qd_num, qd_den = num_prev, den_prev
     new_state = np.stack([values, qd_num, qd_den])
-    n_valid = float(weight[n_train:] @ mask[n_train:].sum(axis=1))
-    parts = [np.array([ll, float(weight[:n_train].sum()), ll_valid, n_valid, lp]), ppl_n, ppl_ln]
+    parts = [np.array([ll, float(weight[:n_train].sum()), ll_valid, block.n_valid, lp]), ppl_n, ppl_ln]
     parts += [np.array([qd_num[j].sum(), qd_den[j].sum()]) for j in range(P)]
     parts += [np.concatenate([g_num[k_].ravel(), g_den[k_].ravel()]) for k_ in shapes]
     return new_state, np.concatenate(parts)
@@ -472,17 +509,17 @@ def _lanes(plans: list[PassPlan], n_groups: int) -> list[list[int]]:
 
 
 def block_pass(model: ClickModel, plans: list[PassPlan], lanes: list[list[int]], first_blocks: tuple[int, ...],
-               block: int, data, state_buf) -> tuple[np.ndarray, np.ndarray]:
+               block: int, arrays: BlockArrays, state_buf) -> tuple[np.ndarray, np.ndarray]:
     """One pass of every candidate over one block: (the block's new state (C_g, 3, P, n_pairs), its stats vector
     for all C candidates, zeros where a candidate is not the block's group's or holds).
 
-    ``data``: the block's `encode_data` buffer; ``state_buf``: its state (None before the first pass).
+    ``arrays``: the block's rows (`BlockArrays`); ``state_buf``: its state (None before the first pass).
     """
     P = len(model.qd_params)
     mine = lanes[_group_of(block, first_blocks)]
-    clicks, pair, weight, n_pairs, n_train = decode_data(data)
+    n_pairs = arrays.n_pairs
     state = decode_state(state_buf, len(mine), P, n_pairs)
-    size = sum(n for _, n in stats_layout(model, clicks.shape[1]))
+    size = sum(n for _, n in stats_layout(model, arrays.clicks.shape[1]))
     new, vec = np.empty((len(mine), 3, P, n_pairs)), np.zeros(len(plans) * size)
     for slot, c in enumerate(mine):
         plan = plans[c]
@@ -490,8 +527,8 @@ def block_pass(model: ClickModel, plans: list[PassPlan], lanes: list[list[int]],
             new[slot] = state[slot]
             continue
         new[slot], vec[c * size:(c + 1) * size] = em_block(
-            model, plan.g, clicks, pair, n_pairs, None if state is None else state[slot], plan.update,
-            n_train=n_train, weight=weight, estep=plan.mode == "step", ppl_eps=plan.ppl_eps)
+            model, plan.g, arrays, None if state is None else state[slot], plan.update,
+            estep=plan.mode == "step", ppl_eps=plan.ppl_eps)
     return new, vec
 
 
@@ -523,7 +560,8 @@ def _iteration_fn(model: ClickModel, plans: list[PassPlan], first_blocks: tuple[
             data_col, state_col = batch.column("data"), batch.column("state")
             for i, block in enumerate(batch.column("block").to_pylist()):
                 old = state_col[i]
-                new, vec = block_pass(model, plans, lanes, first_blocks, block, data_col[i].as_buffer(),
+                new, vec = block_pass(model, plans, lanes, first_blocks, block,
+                                      BlockArrays.decoded(model, data_col[i].as_buffer()),
                                       old.as_buffer() if old.is_valid else None)
                 stats.append(vec.tobytes())
                 states.append(new.tobytes())

@@ -36,8 +36,8 @@ class PBM(ClickModel):
         return self._stats(a, gam, a * gam, clicks, mask, weight)
 
     def estep_and_log_likelihood(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                                 clicks: np.ndarray, mask: np.ndarray,
-                                 weight: np.ndarray | None = None) -> tuple[Stats, np.ndarray]:
+                                 clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray | None = None,
+                                 const: Mapping[str, np.ndarray] | None = None) -> tuple[Stats, np.ndarray]:
         a, gam = qd["alpha"], np.asarray(g["gamma"])[None, :]
         p = a * gam   # P(C_r = 1 | clicks above)
         return self._stats(a, gam, p, clicks, mask, weight), log_likelihood(p, clicks, mask)

@@ -38,8 +38,8 @@ from pyspark import BarrierTaskContext
 from pyspark.sql import DataFrame
 
 from clickeval_spark.models.base import ClickModel
-from clickeval_spark.models.blocks import (PASS_SCHEMA, PassPlan, block_pass, checkpointed, pass_plans, release,
-                                           stats_layout, sum_block_stats)
+from clickeval_spark.models.blocks import (PASS_SCHEMA, BlockArrays, PassPlan, block_pass, checkpointed, pass_plans,
+                                           release, stats_layout, sum_block_stats)
 
 _LENGTH = struct.Struct("<q")
 _TOKEN_BYTES = 32
@@ -124,13 +124,13 @@ def _task_fn(model: ClickModel, first_blocks: tuple[int, ...], address: tuple[st
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ctx = BarrierTaskContext.get()
-        kept, ids, data, states = [], [], [], []
+        kept, ids, arrays, states = [], [], [], []
         for batch in batches:   # the buffers stay valid while their batch is kept
             kept.append(batch)
             data_col, state_col = batch.column("data"), batch.column("state")
             for i, block in enumerate(batch.column("block").to_pylist()):
                 ids.append(block)
-                data.append(data_col[i].as_buffer())
+                arrays.append(BlockArrays.decoded(model, data_col[i].as_buffer()))   # once per fit
                 states.append(state_col[i].as_buffer() if state_col[i].is_valid else None)
         vecs: list[np.ndarray] = []
         with socket.create_connection(address) as sock:
@@ -144,7 +144,7 @@ def _task_fn(model: ClickModel, first_blocks: tuple[int, ...], address: tuple[st
                 plans, lanes = pass_plans(plans, len(first_blocks))
                 vecs = []
                 for i, block in enumerate(ids):
-                    states[i], vec = block_pass(model, plans, lanes, first_blocks, block, data[i], states[i])
+                    states[i], vec = block_pass(model, plans, lanes, first_blocks, block, arrays[i], states[i])
                     vecs.append(vec)
                 _send(sock, b"".join(v.tobytes() for v in vecs))
         done = iter(zip(states, vecs or [None] * len(ids)))

@@ -36,14 +36,28 @@ class UBM(ClickModel):
     def global_shapes(self, M: int) -> dict[str, tuple[int, ...]]:
         return {"gamma": (M, M + 1)}
 
-    def _exam(self, g: Mapping[str, np.ndarray], lastk: np.ndarray) -> np.ndarray:
-        gamma = np.asarray(g["gamma"])
-        return gamma[np.arange(lastk.shape[1])[None, :], lastk]
+    def row_constants(self, clicks: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+        """``cell`` (B, M) intp: rank r's cell r * (M + 1) + k of gamma flattened, k the rank of the last
+        click above; the spare cell M * (M + 1) where masked (a rank with no examination)."""
+        M = clicks.shape[1]
+        cell = np.arange(M)[None, :] * (M + 1) + last_click_above(clicks, mask)
+        return {"cell": np.where(mask, cell, M * (M + 1)).astype(np.intp)}
+
+    def _exam(self, g: Mapping[str, np.ndarray], cell: np.ndarray) -> np.ndarray:
+        """gamma of each rank's cell; 0 in the spare cell."""
+        return np.append(np.asarray(g["gamma"], dtype=np.float64).ravel(), 0.0)[cell]
+
+    def _cells(self, clicks: np.ndarray, mask: np.ndarray, const: Mapping[str, np.ndarray] | None) -> np.ndarray:
+        return (const or self.row_constants(clicks, mask))["cell"]
 
     def cond_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
                    clicks: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        lastk = last_click_above(clicks, mask)
-        return np.where(mask, qd["alpha"] * self._exam(g, lastk), 0.0)
+        return np.where(mask, qd["alpha"] * self._exam(g, self._cells(clicks, mask, None)), 0.0)
+
+    def scored_log_likelihood(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray], clicks: np.ndarray,
+                              mask: np.ndarray, const: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+        p = np.where(mask, qd["alpha"] * self._exam(g, self._cells(clicks, mask, const)), 0.0)
+        return log_likelihood(p, clicks, mask)
 
     def click_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
                     mask: np.ndarray) -> np.ndarray:
@@ -64,27 +78,24 @@ class UBM(ClickModel):
 
     def expected_stats(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
                        clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray | None = None) -> Stats:
-        lastk = last_click_above(clicks, mask)
-        a, gam = qd["alpha"], self._exam(g, lastk)
-        return self._stats(a, gam, a * gam, lastk, clicks, mask, weight)
+        return self.estep_and_log_likelihood(qd, g, clicks, mask, weight)[0]
 
     def estep_and_log_likelihood(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
-                                 clicks: np.ndarray, mask: np.ndarray,
-                                 weight: np.ndarray | None = None) -> tuple[Stats, np.ndarray]:
-        lastk = last_click_above(clicks, mask)
-        a, gam = qd["alpha"], self._exam(g, lastk)
-        p = a * gam   # P(C_r = 1 | clicks above)
-        return self._stats(a, gam, p, lastk, clicks, mask, weight), log_likelihood(p, clicks, mask)
+                                 clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray | None = None,
+                                 const: Mapping[str, np.ndarray] | None = None) -> tuple[Stats, np.ndarray]:
+        cell = self._cells(clicks, mask, const)
+        a, gam = qd["alpha"], self._exam(g, cell)
+        p = a * gam   # P(C_r = 1 | clicks above); 0 where masked
+        return self._stats(a, gam, p, cell, clicks, mask, weight), log_likelihood(p, clicks, mask)
 
     @staticmethod
-    def _stats(a, gam, p, lastk, clicks, mask, weight) -> Stats:
+    def _stats(a, gam, p, cell, clicks, mask, weight) -> Stats:
         B, M = a.shape
         p_attr, p_exam = examination_posteriors(a, gam, p, clicks, mask)
         m = mask.astype(float)
-        # Sum the examination posteriors into their (rank, last click) cells, a masked rank into the spare cell
+        # Sum the examination posteriors into their (rank, last click) cells; masked ranks are in the spare cell
         n_cells = M * (M + 1)
-        cell = np.where(mask, np.arange(M)[None, :] * (M + 1) + lastk, n_cells).ravel()
-        w = np.broadcast_to(row_weight(weight), (B, M))
-        num = binned_sums(cell, n_cells, (p_exam * w).ravel()).reshape(M, M + 1)
-        den = binned_sums(cell, n_cells, w.ravel()).reshape(M, M + 1)
+        w = np.broadcast_to(row_weight(weight), (B, M)).ravel()
+        num = binned_sums(cell.ravel(), n_cells, p_exam.ravel() * w).reshape(M, M + 1)
+        den = binned_sums(cell.ravel(), n_cells, w).reshape(M, M + 1)
         return Stats(qd={"alpha": (p_attr * m, m)}, glob={"gamma": (num, den)})

@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.numpy_reference import REFERENCES, prev_click_rank
 from clickeval_spark.models import get_model
-from clickeval_spark.models.blocks import decode_data, em_block, encode_data, global_params, split_stats
+from clickeval_spark.models.blocks import BlockArrays, em_block, encode_data, global_params, split_stats
 from clickeval_spark.models.priors import model_prior, pooled_mean
 from tests.models.numpy_em import fit_numpy, simulate
 
@@ -48,18 +48,18 @@ def test_reference_equals_the_oracle_and_em_block(name):
 
     # the Spark task's block step, iterated on one block holding the whole log (via its binary encoding);
     # the qd M-step of pass t runs at the start of pass t + 1, so one scoring pass ends the fit
-    c, p, w, n_pairs, n_train = decode_data(encode_data(clicks, pair.astype(np.int32), PAIRS))
-    assert n_train == B and (w == 1).all()
+    block = BlockArrays.decoded(model, encode_data(clicks, pair.astype(np.int32), PAIRS))
+    assert block.n_train == B and (block.weight == 1).all()
     plain = model_prior(model, M, "none")
     state, update, g = None, None, model.init_global(M)
     for _ in range(ITERATIONS):
-        state, vec = em_block(model, g, c, p, n_pairs, state, update, slice_rows=700)   # several slices
+        state, vec = em_block(model, g, block, state, update, slice_rows=700)   # several slices
         sums = split_stats(model, M, vec)
         g, _ = global_params(model, M, sums, g, plain.glob)
         update = (np.zeros(len(model.qd_params)),
                   np.array([pooled_mean(*sums[f"pool_{q}"]) for q in model.qd_params]))
         assert sums["n"][0] == B
-    state, _ = em_block(model, g, c, p, n_pairs, state, update, estep=False)
+    state, _ = em_block(model, g, block, state, update, estep=False)
     for k in glob_np:
         np.testing.assert_allclose(g[k], glob_np[k], rtol=0, atol=1e-12, err_msg=k)
     for j, q in enumerate(model.qd_params):

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from clickeval_spark.models import MODELS, get_model
-from clickeval_spark.models.blocks import (decode_data, decode_keys, em_block, fold_rows, global_params, pack_block,
-                                           split_stats)
+from clickeval_spark.models.blocks import (BlockArrays, decode_data, decode_keys, em_block, fold_rows, global_params,
+                                           pack_block, split_stats)
 from clickeval_spark.models.priors import model_prior, pooled_mean
 from tests.models.numpy_em import simulate
 
@@ -49,9 +49,9 @@ def _passes(model, clicks, pair, n_train, weight, passes=4):
     prior = model_prior(model, M, "beta", 3.0)
     k_qd = np.array([prior.qd[q].k for q in model.qd_params])
     state, update, g, vecs = None, None, model.init_global(M), []
+    block = BlockArrays.of(model, clicks, pair, 60, n_train, weight)
     for _ in range(passes):
-        state, vec = em_block(model, g, clicks, pair, 60, state, update, n_train=n_train, weight=weight,
-                              ppl_eps=1e-6, slice_rows=900)
+        state, vec = em_block(model, g, block, state, update, ppl_eps=1e-6, slice_rows=900)
         sums = split_stats(model, M, vec)
         g, _ = global_params(model, M, sums, g, prior.glob)
         update = (k_qd, np.array([pooled_mean(*sums[f"pool_{q}"]) for q in model.qd_params]))
