@@ -49,6 +49,9 @@ class ClickModel(ABC):
     qd_params: tuple[str, ...] = ()
     #: False for counting estimators (CTRs, CM, SDBN): one pass gives the MLE
     iterative: bool = True
+    #: qd parameters whose E-step den is the impression itself (1 at every shown rank, as in
+    #: PBM's and UBM's attractiveness): EM counts their dens once per block, not in every pass
+    impression_dens: tuple[str, ...] = ()
 
     def global_shapes(self, M: int) -> dict[str, tuple[int, ...]]:
         """Per-rank / global parameter shapes for lists of length M."""

@@ -366,7 +366,7 @@ class BlockArrays:
     weight: np.ndarray     # float64 (B,): how many identical SERPs each row stands for
     mask: np.ndarray       # bool (B, M): the rank exists
     bins: np.ndarray       # intp (B, M): the pair, n_pairs (the spare bin of `base.binned_sums`) where masked
-    trained: np.ndarray    # bool (n_pairs,): the pair has a training impression
+    impressions: np.ndarray   # float64 (n_pairs,): the pair's training impressions, weighted
     n_valid: float         # positions of the held-out rows, weighted
     const: Mapping[str, np.ndarray]   # the model's `row_constants`
 
@@ -378,8 +378,9 @@ class BlockArrays:
         weight = np.ones(B) if weight is None else np.asarray(weight, dtype=np.float64)
         mask = pair >= 0
         bins = np.where(mask, pair, n_pairs).astype(np.intp)
+        w = np.broadcast_to(weight[:n_train, None], (n_train, clicks.shape[1]))
         return cls(clicks, pair, int(n_pairs), n_train, weight, mask, bins,
-                   trained=binned_sums(bins[:n_train].ravel(), n_pairs) > 0,
+                   impressions=binned_sums(bins[:n_train].ravel(), n_pairs, w.ravel()),
                    n_valid=float(weight[n_train:] @ mask[n_train:].sum(axis=1)),
                    const=model.row_constants(clicks, mask))
 
@@ -423,7 +424,7 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
     lp = 0.0
     if update is not None and P:
         k, m = (np.asarray(a, dtype=np.float64)[:, None] for a in update)
-        seen = block.trained
+        seen = block.impressions > 0
         values = np.where(seen[None, :], posterior_mode(num_prev, den_prev, values, k, m), m)
         lp = log_prior(values[:, seen], k, m)
     # each pair's value, and in the spare bin one a masked rank reads (kernels ignore masked ranks)
@@ -460,13 +461,18 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
         for j, p in enumerate(params):
             num, den = st.qd[p]
             qd_num[j] += binned_sums(flat, n_pairs, np.broadcast_to(num * w_col, m_.shape).ravel())
-            qd_den[j] += binned_sums(flat, n_pairs, np.broadcast_to(den * w_col, m_.shape).ravel())
+            if p not in model.impression_dens:
+                qd_den[j] += binned_sums(flat, n_pairs, np.broadcast_to(den * w_col, m_.shape).ravel())
         for k_, s in shapes.items():
             num, den = st.glob[k_]
             g_num[k_] += np.broadcast_to(np.asarray(num, dtype=np.float64), s)
             g_den[k_] += np.broadcast_to(np.asarray(den, dtype=np.float64), s)
     if not estep:
         qd_num, qd_den = num_prev, den_prev
+    else:   # sums of whole weights: the same in any order, so the same bits as summing them slice by slice
+        for j, p in enumerate(params):
+            if p in model.impression_dens:
+                qd_den[j] = block.impressions
     new_state = np.stack([values, qd_num, qd_den])
     parts = [np.array([ll, float(weight[:n_train].sum()), ll_valid, block.n_valid, lp]), ppl_n, ppl_ln]
     parts += [np.array([qd_num[j].sum(), qd_den[j].sum()]) for j in range(P)]

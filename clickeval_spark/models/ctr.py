@@ -79,6 +79,7 @@ class DCTR(ClickModel):
     name = "dctr"
     qd_params = ("alpha",)
     iterative = False
+    impression_dens = ("alpha",)
 
     def cond_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
                    clicks: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ class PBM(ClickModel):
     name = "pbm"
     qd_params = ("alpha",)
     iterative = True
+    impression_dens = ("alpha",)
 
     def global_shapes(self, M: int) -> dict[str, tuple[int, ...]]:
         return {"gamma": (M,)}

@@ -32,6 +32,7 @@ class UBM(ClickModel):
     name = "ubm"
     qd_params = ("alpha",)
     iterative = True
+    impression_dens = ("alpha",)
 
     def global_shapes(self, M: int) -> dict[str, tuple[int, ...]]:
         return {"gamma": (M, M + 1)}

@@ -183,3 +183,29 @@ def test_estep_and_log_likelihood_is_the_two_calls_in_one(name):
     for key in apart.glob:
         for got, want in zip(stats.glob[key], apart.glob[key]):
             np.testing.assert_array_equal(got, want, err_msg=key)
+    # with the row constants an EM block computes once per fit (blocks.BlockArrays), the same bits again
+    const = model.row_constants(clicks, mask) or None
+    with_const, row_ll_const = model.estep_and_log_likelihood(qd, g, clicks, mask, weight, const)
+    np.testing.assert_array_equal(row_ll_const, row_ll)
+    np.testing.assert_array_equal(model.scored_log_likelihood(qd, g, clicks, mask, const), row_ll)
+    for got, want in [(with_const.qd, stats.qd), (with_const.glob, stats.glob)]:
+        for key in want:
+            for a, b in zip(got[key], want[key]):
+                np.testing.assert_array_equal(a, b, err_msg=key)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_impression_dens_are_the_impressions(name):
+    """A qd parameter in `impression_dens` has the den 1 at every shown rank and 0 elsewhere, whatever the
+    parameters and clicks: em_block then takes its dens from the block's impression counts."""
+    model = get_model(name)
+    rng, qd_index, n_pairs, mask = random_log(seed=len(name) + 7, B=400)
+    qd_true, g = random_truth(model, n_pairs, mask.shape[1], rng)
+    qd = gather(qd_true, qd_index, mask)
+    clicks = simulate(model, qd, g, mask, rng)
+    stats = model.expected_stats(qd, g, clicks, mask, rng.integers(1, 5, len(clicks)))
+    assert set(model.impression_dens) <= set(model.qd_params)
+    for p in model.impression_dens:
+        np.testing.assert_array_equal(np.asarray(stats.qd[p][1], dtype=float), mask.astype(float), err_msg=p)
+    if name in ("pbm", "ubm", "dctr"):
+        assert model.impression_dens == ("alpha",)
