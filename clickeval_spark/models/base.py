@@ -85,7 +85,7 @@ class ClickModel(ABC):
 
         The clicks never change during a fit, so EM computes a block's once (`blocks.BlockArrays`) and
         hands each slice's back as ``const`` to `estep_and_log_likelihood` and `scored_log_likelihood`,
-        instead of the kernel deriving them again in every pass. None unless a kernel overrides this.
+        instead of the kernel deriving them again in every pass. Empty unless a kernel overrides this.
         """
         return {}
 
@@ -98,7 +98,8 @@ class ClickModel(ABC):
         reuse it instead of running `cond_probs` again (issue 17 measured the LL at ~30% of a pass).
         ``const``: the batch's `row_constants`, or None.
         """
-        return self.expected_stats(qd, g, clicks, mask, weight), self.scored_log_likelihood(qd, g, clicks, mask)
+        return (self.expected_stats(qd, g, clicks, mask, weight),
+                self.scored_log_likelihood(qd, g, clicks, mask, const))
 
     def scored_log_likelihood(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray], clicks: np.ndarray,
                               mask: np.ndarray, const: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
