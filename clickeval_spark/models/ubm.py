@@ -51,14 +51,17 @@ class UBM(ClickModel):
     def _cells(self, clicks: np.ndarray, mask: np.ndarray, const: Mapping[str, np.ndarray] | None) -> np.ndarray:
         return (const or self.row_constants(clicks, mask))["cell"]
 
+    def _cond_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray], clicks: np.ndarray,
+                    mask: np.ndarray, const: Mapping[str, np.ndarray] | None) -> np.ndarray:
+        return np.where(mask, qd["alpha"] * self._exam(g, self._cells(clicks, mask, const)), 0.0)
+
     def cond_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
                    clicks: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return np.where(mask, qd["alpha"] * self._exam(g, self._cells(clicks, mask, None)), 0.0)
+        return self._cond_probs(qd, g, clicks, mask, None)
 
     def scored_log_likelihood(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray], clicks: np.ndarray,
                               mask: np.ndarray, const: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
-        p = np.where(mask, qd["alpha"] * self._exam(g, self._cells(clicks, mask, const)), 0.0)
-        return log_likelihood(p, clicks, mask)
+        return log_likelihood(self._cond_probs(qd, g, clicks, mask, const), clicks, mask)
 
     def click_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
                     mask: np.ndarray) -> np.ndarray:
