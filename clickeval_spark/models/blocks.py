@@ -52,8 +52,8 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -123,9 +123,9 @@ def decode_data(buf) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
     return clicks, pair, weight, int(n_pairs), int(n_train)
 
 
-def encode_keys(query_ids: np.ndarray, doc_ids: np.ndarray, n_obs: np.ndarray) -> bytes:
-    table = pa.table({"query_id": pa.array(query_ids, pa.string()),
-                      "doc_id": pa.array(doc_ids, pa.string()),
+def encode_keys(query_ids: pa.Array, doc_ids: pa.Array, n_obs: np.ndarray) -> bytes:
+    table = pa.table({"query_id": query_ids.cast(pa.string()),
+                      "doc_id": doc_ids.cast(pa.string()),
                       "n_obs": pa.array(n_obs, pa.int64())})
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -148,11 +148,13 @@ def decode_state(buf, n_candidates: int, n_params: int, n_pairs: int) -> np.ndar
 # packing (once per fit)
 # ---------------------------------------------------------------------------
 
-def fold_rows(clicks: np.ndarray, pair: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fold_rows(clicks: np.ndarray, pair: np.ndarray, weight: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Identical (pair row, clicks row) rows folded into one: (clicks, pair, weight), rows sorted by their bytes.
 
     Every sum of an EM pass is linear in the SERPs, so a row standing for ``weight``
-    identical SERPs gives the same sums as those SERPs, at the cost of one.
+    identical SERPs gives the same sums as those SERPs, at the cost of one. Input rows may
+    already stand for several SERPs (``weight``, default 1 each): folded rows add theirs up.
     """
     B, M = clicks.shape
     if B == 0:
@@ -161,37 +163,54 @@ def fold_rows(clicks: np.ndarray, pair: np.ndarray) -> tuple[np.ndarray, np.ndar
                            np.ascontiguousarray(clicks, dtype=np.int8).view(np.uint8)], axis=1)
     # one opaque value per row: np.unique then sorts rows by memcmp, a fixed order
     keys = rows.view(np.dtype((np.void, rows.shape[1]))).ravel()   # concatenate's result is C-contiguous
-    _, first, weight = np.unique(keys, return_index=True, return_counts=True)
-    return clicks[first], pair[first], weight.astype(np.int32)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    total = np.bincount(inverse, weights=weight, minlength=len(first))   # exact: integers far below 2**53
+    return clicks[first], pair[first], total.astype(np.int32)
 
 
-def pack_block(pdf: pd.DataFrame, M: int) -> tuple[bytes, bytes]:
-    """One block's SERPs (serp_id, query_id, doc_ids, clicks, held_out; lists cut to M) -> (data, keys).
+def _sorted_codes(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """(code of each value, the distinct values in byte order): codes numbered in that order, so they
+    sort as the strings do (UTF-8 byte order is code point order, Python's string order)."""
+    encoded = values.dictionary_encode()
+    order = pc.sort_indices(encoded.dictionary).to_numpy()
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank[encoded.indices.to_numpy()], encoded.dictionary.take(pa.array(order))
 
-    Training SERPs first, then held-out ones, each folded into weighted distinct rows
-    (`fold_rows`); pairs of either get an index, n_obs counts training impressions only.
+
+def pack_block(rows: pa.Table, M: int) -> tuple[bytes, bytes]:
+    """One block's rows (query_id, doc_ids, clicks, held_out, weight: ``weight`` identical SERPs each;
+    lists cut to M) -> (data, keys).
+
+    Training rows first, then held-out ones, each folded into weighted distinct rows
+    (`fold_rows`); pairs of either get an index in (query_id, doc_id) order, whatever order
+    the rows came in; n_obs counts training impressions only.
     """
-    pdf = pdf.sort_values(["held_out", "serp_id"], kind="stable")
-    n_train = int((~pdf["held_out"].to_numpy(dtype=bool)).sum())
-    docs = pdf["doc_ids"].to_numpy()
-    click_lists = pdf["clicks"].to_numpy()
+    held = rows.column("held_out").to_numpy().astype(bool)
+    rows = rows.take(pa.array(np.argsort(held, kind="stable")))
+    n_train = int((~held).sum())
+    docs, click_lists = rows.column("doc_ids").combine_chunks(), rows.column("clicks").combine_chunks()
     lens = list_lengths(docs, click_lists)
-    B = len(pdf)
+    weight = rows.column("weight").to_numpy().astype(np.int64)
+    B = len(lens)
     mask = np.arange(M)[None, :] < lens[:, None]
     clicks = np.zeros((B, M), dtype=np.int8)
     pair = np.full((B, M), -1, dtype=np.int32)
-    if B and lens.sum():
-        clicks[mask] = np.concatenate(click_lists).astype(np.int8)
-        q = np.repeat(pdf["query_id"].to_numpy(), lens)
-        d = np.concatenate(docs)
-        # sort=True: pairs in (query_id, doc_id) order, whatever order the rows came in
-        codes, uniques = pd.MultiIndex.from_arrays([q, d]).factorize(sort=True)
+    if lens.sum():
+        clicks[mask] = click_lists.flatten().to_numpy().astype(np.int8)
+        q_codes, q_values = _sorted_codes(rows.column("query_id").combine_chunks())
+        d_codes, d_values = _sorted_codes(docs.flatten())
+        # one int64 per (query, doc) that sorts as the pair does: np.unique numbers the pairs in that order
+        uniques, codes = np.unique(np.repeat(q_codes, lens) * len(d_values) + d_codes, return_inverse=True)
         pair[mask] = codes.astype(np.int32)
-        n_obs = np.bincount(pair[:n_train][mask[:n_train]], minlength=len(uniques))
-        qs, ds = uniques.get_level_values(0).to_numpy(), uniques.get_level_values(1).to_numpy()
+        train = mask[:n_train]
+        n_obs = np.bincount(pair[:n_train][train], weights=np.broadcast_to(weight[:n_train, None], train.shape)[train],
+                            minlength=len(uniques)).astype(np.int64)
+        qs, ds = q_values.take(pa.array(uniques // len(d_values))), d_values.take(pa.array(uniques % len(d_values)))
     else:
-        n_obs, qs, ds = np.zeros(0, np.int64), np.array([], object), np.array([], object)
-    train, held = fold_rows(clicks[:n_train], pair[:n_train]), fold_rows(clicks[n_train:], pair[n_train:])
+        n_obs, qs, ds = np.zeros(0, np.int64), pa.array([], pa.string()), pa.array([], pa.string())
+    train = fold_rows(clicks[:n_train], pair[:n_train], weight[:n_train])
+    held = fold_rows(clicks[n_train:], pair[n_train:], weight[n_train:])
     clicks, pair, weight = (np.concatenate([t, h]) for t, h in zip(train, held))
     return encode_data(clicks, pair, len(n_obs), len(train[2]), weight), encode_keys(qs, ds, n_obs)
 
@@ -270,14 +289,13 @@ def release(df: DataFrame) -> None:
 
 
 def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None) -> PackedLog:
-    """Pack SERPs (serp_id, query_id, doc_ids, clicks, optional held_out and group; lists already cut to
-    ``max_rank``).
+    """Pack SERPs (query_id, doc_ids, clicks, optional held_out and group; lists already cut to
+    ``max_rank``; other columns are ignored).
 
     Held-out SERPs (``held_out`` true: the valid split) are packed beside the
     training SERPs of their query, so a fit scores them in the same pass.
     ``group`` (int 0..G-1, default 0) packs G independent logs side by side, each
-    into the blocks it would get alone; serp_id must be unique among a group's
-    training SERPs and among its held-out ones (blocks sort by (held_out, serp_id)).
+    into the blocks it would get alone.
     """
     M = int(max_rank)
     if "held_out" not in prep.columns:
@@ -298,10 +316,11 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None) -> 
         first += n
     n_blocks = first
 
-    def pack(key, pdf: pd.DataFrame) -> pd.DataFrame:
-        data, keys = pack_block(pdf, M)
-        return pd.DataFrame({"block": [int(key[0])], "data": [data],
-                             "keys": [keys], "state": [None], "stats": [None]})
+    def pack(key, rows: pa.Table) -> pa.Table:
+        data, keys = pack_block(rows, M)
+        return pa.Table.from_arrays([pa.array([key[0].as_py()], pa.int32()), pa.array([data], pa.binary()),
+                                     pa.array([keys], pa.binary()), pa.nulls(1, pa.binary()), pa.nulls(1, pa.binary())],
+                                    names=BLOCK_SCHEMA.fieldNames())
 
     def lookup(values: list[int]) -> Column:
         return F.element_at(F.array(*[F.lit(v) for v in values]), F.col("group") + 1)
@@ -311,8 +330,11 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None) -> 
     # one block per task when alone; with groups, as many tasks as the whole log would get blocks
     n_tasks = n_blocks if len(groups) == 1 else n_blocks_for(sum(map(sum, counts.values())), block_serps)
     blocks = (
-        prep.select("serp_id", "query_id", "doc_ids", "clicks", "held_out", block_of.cast("int").alias("block"))
-        .groupBy("block").applyInPandas(pack, BLOCK_SCHEMA)
+        prep.select(block_of.cast("int").alias("block"), "held_out", "query_id", "doc_ids", "clicks")
+        # identical SERPs folded into one weighted row by Spark's own aggregation (partly before the
+        # shuffle): the Python side packs distinct rows, not SERPs (a 10M-SERP log: 1.7M rows)
+        .groupBy("block", "held_out", "query_id", "doc_ids", "clicks").agg(F.count(F.lit(1)).alias("weight"))
+        .groupBy("block").applyInArrow(pack, BLOCK_SCHEMA)
         # range partitioning on the block number: a task's blocks are consecutive
         .repartitionByRange(n_tasks, "block")
     )

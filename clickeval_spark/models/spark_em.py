@@ -99,9 +99,9 @@ def pack_serps(serps: DataFrame, max_rank: int = 10, block_serps: int | None = N
     ``held_out`` SERPs (the valid split) ride along in the same blocks: every fit
     scores them at no extra Spark job, which is how `k: auto` picks a prior strength.
     """
-    prep = truncate_serps(serps, max_rank, keep=("serp_id",)).withColumn("held_out", F.lit(False))
+    prep = truncate_serps(serps, max_rank).withColumn("held_out", F.lit(False))
     if held_out is not None:
-        prep = prep.unionByName(truncate_serps(held_out, max_rank, keep=("serp_id",))
+        prep = prep.unionByName(truncate_serps(held_out, max_rank)
                                 .withColumn("held_out", F.lit(True)))
     return pack_log(prep, max_rank, block_serps)
 

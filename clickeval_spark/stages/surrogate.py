@@ -28,19 +28,15 @@ VARIANT = ("generator_model", "list_order", "click_mode")
 def packed_inputs(real: DataFrame, synthetic: DataFrame, variants: DataFrame, max_rank: int) -> DataFrame:
     """Every surrogate's training log side by side (`blocks.pack_log`'s groups): group 0 the real SERPs,
     group i the i-th variant's sequences (`variants`: group, generator_model, list_order, click_mode), each
-    with the real SERPs beside it as held-out SERPs, scored in the fit's final pass (Reverse PPL).
-    A sequence's serp_id gets its sample_idx: serp_ids are unique among a group's training SERPs (and among
-    its held-out ones), so a block's order is fixed."""
-    real = truncate_serps(real, max_rank, keep=("serp_id",))
-    seqs = truncate_serps(
-        synthetic.join(F.broadcast(variants), on=list(VARIANT), how="inner")
-        .withColumn("serp_id", F.concat_ws("#", "serp_id", F.col("sample_idx").cast("string"))),
-        max_rank, keep=("serp_id", "group"))
+    with the real SERPs beside it as held-out SERPs, scored in the fit's final pass (Reverse PPL)."""
+    real = truncate_serps(real, max_rank)
+    seqs = truncate_serps(synthetic.join(F.broadcast(variants), on=list(VARIANT), how="inner"),
+                          max_rank, keep=("group",))
     groups = variants.select("group").union(variants.sparkSession.range(1).select(F.lit(0).cast("int")))
     return (
         real.withColumn("group", F.lit(0)).unionByName(seqs).withColumn("held_out", F.lit(False))
         .unionByName(real.crossJoin(F.broadcast(groups)).withColumn("held_out", F.lit(True)))
-        .select("serp_id", "query_id", "doc_ids", "clicks", "held_out", "group")
+        .select("query_id", "doc_ids", "clicks", "held_out", "group")
     )
 
 

@@ -8,7 +8,7 @@ M-step, held-out scoring and the perplexity terms.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 import pytest
 
 from clickeval_spark.models import MODELS, get_model
@@ -79,20 +79,46 @@ def test_a_folded_block_gives_the_pass_of_its_serps(name):
             np.testing.assert_allclose(f_sums[key], sums[key], rtol=1e-11, atol=1e-9, err_msg=key)
 
 
+def test_fold_rows_adds_up_weighted_rows():
+    clicks = np.array([[1, 0], [0, 0], [1, 0]], dtype=np.int8)
+    pair = np.array([[0, 1], [0, 1], [0, 1]], dtype=np.int32)
+    c, p, w = fold_rows(clicks, pair, np.array([5, 2, 3]))
+    assert c.tolist() == [[0, 0], [1, 0]] and p.tolist() == [[0, 1], [0, 1]] and w.tolist() == [2, 8]
+
+
+def _rows(query_ids, doc_ids, clicks, held_out, weight=None) -> pa.Table:
+    return pa.table({"query_id": pa.array(query_ids, pa.string()), "doc_ids": pa.array(doc_ids, pa.list_(pa.string())),
+                     "clicks": pa.array(clicks, pa.list_(pa.int32())), "held_out": pa.array(held_out, pa.bool_()),
+                     "weight": pa.array(weight or [1] * len(query_ids), pa.int64())})
+
+
 def test_pack_block_folds_train_and_held_out_apart():
-    # s1, s2, s4 are one training SERP three times; s3 the same SERP held out: it stays its own row
-    pdf = pd.DataFrame({
-        "serp_id": ["s1", "s2", "s3", "s4", "s5"],
-        "query_id": ["q", "q", "q", "q", "q"],
-        "doc_ids": [["a", "b"], ["a", "b"], ["a", "b"], ["a", "b"], ["b", "a"]],
-        "clicks": [[1, 0], [1, 0], [1, 0], [1, 0], [0, 0]],
-        "held_out": [False, False, True, False, False],
-    })
-    data, keys = pack_block(pdf, 3)
+    # rows 1, 2, 4 are one training SERP four times (row 2 already stands for two);
+    # row 3 is the same SERP held out: it stays its own row
+    rows = _rows(["q"] * 5, [["a", "b"], ["a", "b"], ["a", "b"], ["a", "b"], ["b", "a"]],
+                 [[1, 0], [1, 0], [1, 0], [1, 0], [0, 0]], [False, False, True, False, False], [1, 2, 1, 1, 1])
+    data, keys = pack_block(rows, 3)
     clicks, pair, weight, n_pairs, n_train = decode_data(data)
     assert (n_pairs, n_train) == (2, 2)
     assert pair.tolist() == [[0, 1, -1], [1, 0, -1], [0, 1, -1]]
     assert clicks.tolist() == [[1, 0, 0], [0, 0, 0], [1, 0, 0]]
-    assert weight.tolist() == [3, 1, 1]
+    assert weight.tolist() == [4, 1, 1]
     k = decode_keys(keys)
-    assert k.column("doc_id").to_pylist() == ["a", "b"] and k.column("n_obs").to_pylist() == [4, 4]
+    assert k.column("doc_id").to_pylist() == ["a", "b"] and k.column("n_obs").to_pylist() == [5, 5]
+
+
+def test_pack_block_numbers_pairs_in_python_string_order_whatever_the_row_order():
+    # upper case, accents and a prefix: the (query_id, doc_id) order is Python's sorted() order
+    queries = ["zq", "Zq", "éq", "zq", "z"]
+    docs = [["é", "e"], ["b", "B"], ["a"], ["E", "é"], ["ab", "a"]]
+    rows = _rows(queries, docs, [[0, 1], [1, 1], [0], [0, 0], [1, 0]], [False, False, True, False, False])
+    expected = sorted({(q, d) for q, ds in zip(queries, docs) for d in ds})
+    for order in ([0, 1, 2, 3, 4], [4, 3, 2, 1, 0], [2, 0, 4, 1, 3]):
+        data, keys = pack_block(rows.take(order), 2)
+        k = decode_keys(keys)
+        assert list(zip(k.column("query_id").to_pylist(), k.column("doc_id").to_pylist())) == expected
+        # held-out impressions ("éq", "a") are indexed but not counted
+        assert dict(zip(expected, k.column("n_obs").to_pylist()))[("éq", "a")] == 0
+        if order == [0, 1, 2, 3, 4]:
+            first = data
+        assert data == first
