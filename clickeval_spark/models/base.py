@@ -27,6 +27,7 @@ from typing import Mapping
 import numpy as np
 
 INIT_VALUE = 0.5  # PyClick's starting value for every parameter
+LL_EPS = 1e-6     # probabilities are clipped to [LL_EPS, 1 - LL_EPS] in every log-likelihood
 
 
 @dataclass
@@ -52,6 +53,10 @@ class ClickModel(ABC):
     #: qd parameters whose E-step den is the impression itself (1 at every shown rank, as in
     #: PBM's and UBM's attractiveness): EM counts their dens once per block, not in every pass
     impression_dens: tuple[str, ...] = ()
+    #: an examination model: C_r = E_r * A_r, A_r ~ qd "alpha", E_r ~ global "gamma" at the flat index
+    #: ``row_constants()["cell"]`` (gamma.size where masked). EM runs its passes through the compiled
+    #: `compiled.examination_pass` instead of the numpy E-step
+    examination_cells: bool = False
 
     def global_shapes(self, M: int) -> dict[str, tuple[int, ...]]:
         """Per-rank / global parameter shapes for lists of length M."""
@@ -140,7 +145,7 @@ def sample_clicks(model: ClickModel, qd: Mapping[str, np.ndarray], g: Mapping[st
 
 
 def log_likelihood(p_cond: np.ndarray, clicks: np.ndarray, mask: np.ndarray,
-                   eps: float = 1e-6) -> np.ndarray:
+                   eps: float = LL_EPS) -> np.ndarray:
     """Per-SERP log P(clicks) = sum_r log P(C_r = c_r | clicks above), natural log."""
     # P(C_r = c_r) first, then one log per rank: half the transcendental calls of log(p) beside
     # log1p(-p) (the LL was ~30% of an EM pass); clipping 1 - p equals 1 - clipping p up to rounding

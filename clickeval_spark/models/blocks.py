@@ -59,7 +59,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.models.attach import list_lengths
-from clickeval_spark.models.base import INIT_VALUE, ClickModel, binned_sums
+from clickeval_spark.models.base import INIT_VALUE, LL_EPS, ClickModel, binned_sums
+from clickeval_spark.models.compiled import examination_pass
 from clickeval_spark.models.priors import FamilyPrior, log_prior, pooled_rank_means, posterior_mode
 
 #: SERPs per block: enough that a task's numpy work dwarfs its scheduling cost, small
@@ -415,7 +416,8 @@ class BlockArrays:
 
 def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays, state: np.ndarray | None,
              update: tuple[np.ndarray, np.ndarray] | None = None, *, estep: bool = True,
-             ppl_eps: float | None = None, slice_rows: int = SLICE_ROWS) -> tuple[np.ndarray, np.ndarray]:
+             ppl_eps: float | None = None, slice_rows: int = SLICE_ROWS,
+             compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
     """One EM pass over a block: the qd M-step of the last E-step, then the LL and a new E-step.
 
     ``state`` is float64 (3, P, n_pairs): the pairs' current values, and the
@@ -431,7 +433,10 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
     E-step's sums and the training LL. The rest are held out (the valid split):
     scored only; with ``ppl_eps`` also by unconditional click probability per rank,
     clipped to [ppl_eps, 1 - ppl_eps] (perplexity, DESIGN §5). With ``estep`` False
-    nothing new is estimated. Returns (new state, stats vector in `stats_layout` order).
+    nothing new is estimated. ``compiled`` (default: the model's ``examination_cells``): the LL and
+    the E-step by `compiled.examination_pass` over the whole block, instead of the numpy kernels
+    slice by slice (the perplexity terms stay numpy's).
+    Returns (new state, stats vector in `stats_layout` order).
     """
     clicks, mask, spare, weight, n_train, n_pairs = (block.clicks, block.mask, block.bins, block.weight,
                                                      block.n_train, block.n_pairs)
@@ -458,28 +463,24 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
     ll = ll_valid = 0.0
     ppl_n, ppl_ln = np.zeros(M), np.zeros(M)
     # training slices, then held-out slices: a slice never mixes the two
-    bounds = [(lo, min(lo + slice_rows, n_train)) for lo in range(0, n_train, slice_rows)]
-    bounds += [(lo, min(lo + slice_rows, B)) for lo in range(n_train, B, slice_rows)]
-    for lo, hi in bounds:
-        c, m_, bins, w = clicks[lo:hi], mask[lo:hi], spare[lo:hi], weight[lo:hi]
-        qd = {p: padded[j][bins] for j, p in enumerate(params)}
-        const = {k_: v[lo:hi] for k_, v in block.const.items()} or None
-        if lo >= n_train or not estep:   # scored only
-            part = float(model.scored_log_likelihood(qd, g, c, m_, const) @ w)
-            if lo < n_train:
-                ll += part
-                continue
-            ll_valid += part
-            if ppl_eps is not None:
-                p = np.clip(model.click_probs(qd, g, m_), ppl_eps, 1 - ppl_eps)
-                # log(1 - p), not log1p: the same terms as the SQL perplexity (click_prediction.log_lik)
-                ppl_ln += w @ np.where(m_, np.where(c == 1, np.log(p), np.log(1.0 - p)), 0.0)
-                ppl_n += w @ m_
-            continue
+    train = [(lo, min(lo + slice_rows, n_train)) for lo in range(0, n_train, slice_rows)]
+    held_out = [(lo, min(lo + slice_rows, B)) for lo in range(n_train, B, slice_rows)]
+
+    def slice_of(lo, hi):
+        qd = {p: padded[j][spare[lo:hi]] for j, p in enumerate(params)}
+        return qd, clicks[lo:hi], mask[lo:hi], weight[lo:hi], {k_: v[lo:hi] for k_, v in block.const.items()} or None
+
+    if model.examination_cells if compiled is None else compiled:
+        ll, ll_valid = _examination_pass(g, block, padded[0], estep, qd_num[0], g_num["gamma"], g_den["gamma"])
+        train = held_out_ll = []
+    else:
+        held_out_ll = held_out
+    for lo, hi in train if estep else []:
+        qd, c, m_, w, const = slice_of(lo, hi)
         # the E-step and the LL under the same parameters, in one kernel call
         st, row_ll = model.estep_and_log_likelihood(qd, g, c, m_, w, const)
         ll += float(row_ll @ w)
-        flat, w_col = bins.ravel(), w[:, None]
+        flat, w_col = spare[lo:hi].ravel(), w[:, None]
         for j, p in enumerate(params):
             num, den = st.qd[p]
             qd_num[j] += binned_sums(flat, n_pairs, np.broadcast_to(num * w_col, m_.shape).ravel())
@@ -489,6 +490,19 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
             num, den = st.glob[k_]
             g_num[k_] += np.broadcast_to(np.asarray(num, dtype=np.float64), s)
             g_den[k_] += np.broadcast_to(np.asarray(den, dtype=np.float64), s)
+    for lo, hi in ([] if estep else train) + held_out_ll:   # scored only
+        qd, c, m_, w, const = slice_of(lo, hi)
+        part = float(model.scored_log_likelihood(qd, g, c, m_, const) @ w)
+        if lo < n_train:
+            ll += part
+        else:
+            ll_valid += part
+    for lo, hi in held_out if ppl_eps is not None else []:
+        qd, c, m_, w, _ = slice_of(lo, hi)
+        p = np.clip(model.click_probs(qd, g, m_), ppl_eps, 1 - ppl_eps)
+        # log(1 - p), not log1p: the same terms as the SQL perplexity (click_prediction.log_lik)
+        ppl_ln += w @ np.where(m_, np.where(c == 1, np.log(p), np.log(1.0 - p)), 0.0)
+        ppl_n += w @ m_
     if not estep:
         qd_num, qd_den = num_prev, den_prev
     else:   # sums of whole weights: the same in any order, so the same bits as summing them slice by slice
@@ -501,6 +515,21 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
     parts += [np.concatenate([g_num[k_].ravel(), g_den[k_].ravel()]) for k_ in shapes]
     return new_state, np.concatenate(parts)
 
+
+def _examination_pass(g: Mapping[str, np.ndarray], block: BlockArrays, alpha: np.ndarray, estep: bool,
+                      alpha_num: np.ndarray, gamma_num: np.ndarray, gamma_den: np.ndarray) -> tuple[float, float]:
+    """(training LL, held-out LL) of an examination model's block (`compiled.examination_pass`); with
+    ``estep`` the training rows' E-step sums are added to alpha_num (n_pairs,), gamma_num and gamma_den."""
+    gamma = np.asarray(g["gamma"], dtype=np.float64)
+    exam = np.append(gamma.ravel(), 0.0)   # the spare cell: masked ranks
+    a_num, e_num, e_den = np.zeros(block.n_pairs + 1), np.zeros(exam.size), np.zeros(exam.size)
+    rows = (alpha, block.bins, block.const["cell"], block.clicks, block.mask, block.weight, exam)
+    ll = examination_pass(*rows, 0, block.n_train, estep, LL_EPS, a_num, e_num, e_den)
+    ll_valid = examination_pass(*rows, block.n_train, len(block.weight), False, LL_EPS, a_num, e_num, e_den)
+    alpha_num += a_num[:-1]
+    gamma_num += e_num[:-1].reshape(gamma.shape)
+    gamma_den += e_den[:-1].reshape(gamma.shape)
+    return ll, ll_valid
 
 # ---------------------------------------------------------------------------
 # Spark side: one pass for several candidate fits, and the qd table at the end

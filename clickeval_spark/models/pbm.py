@@ -19,9 +19,14 @@ class PBM(ClickModel):
     qd_params = ("alpha",)
     iterative = True
     impression_dens = ("alpha",)
+    examination_cells = True
 
     def global_shapes(self, M: int) -> dict[str, tuple[int, ...]]:
         return {"gamma": (M,)}
+
+    def row_constants(self, clicks: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+        """``cell`` (B, M) intp: the rank (gamma's index), M where masked."""
+        return {"cell": np.where(mask, np.arange(clicks.shape[1])[None, :], clicks.shape[1]).astype(np.intp)}
 
     def cond_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
                    clicks: np.ndarray, mask: np.ndarray) -> np.ndarray:

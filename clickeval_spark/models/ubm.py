@@ -33,6 +33,7 @@ class UBM(ClickModel):
     qd_params = ("alpha",)
     iterative = True
     impression_dens = ("alpha",)
+    examination_cells = True
 
     def global_shapes(self, M: int) -> dict[str, tuple[int, ...]]:
         return {"gamma": (M, M + 1)}

@@ -1,0 +1,71 @@
+"""The EM pass of the examination models (PBM, UBM) as one compiled loop over a block (numba).
+
+Both models are C_r = E_r * A_r, with A_r ~ Bernoulli(alpha of the rank's (query, doc)) and
+E_r ~ Bernoulli(gamma at the rank's cell): PBM's cell is the rank, UBM's the rank and the rank
+of the last click above (`ClickModel.row_constants`' "cell", an index into gamma flattened).
+The numpy kernels (`pbm.examination_posteriors`, `base.log_likelihood`) compute a slice's
+posteriors through a dozen (B, M) temporaries, a gather of alpha and a bincount per sum; here
+each rank is read once and its posteriors go straight into their pair's and cell's sums. A UBM
+pass over a 262,144-row block: 0.070 s in numpy, 0.017 s compiled.
+
+Same terms as the numpy kernels, added in row order over the whole block instead of slice by
+slice; a row's LL is the log of the product of its ranks' probabilities instead of the sum of
+their logs (one log per row; each probability is at least ``eps``, and the product is logged
+early when it nears underflow). So the sums equal the numpy kernels' up to rounding
+(tests/models/test_compiled.py: 1e-12); the numpy kernels stay the reference and serve every
+other model and the predictors.
+
+Compiled on first use in each process and cached beside this module (``cache=True``; where that
+is not writable, e.g. code shipped in a zip, numba compiles in memory, about half a second).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+#: a row's product of probabilities is logged and restarted below this (1e-6 ** 41 ~ 1e-246)
+_UNDERFLOW = 1e-250
+
+
+@njit(cache=True, nogil=True)
+def examination_pass(alpha: np.ndarray, pairs: np.ndarray, cells: np.ndarray, clicks: np.ndarray,
+                     mask: np.ndarray, weight: np.ndarray, exam: np.ndarray, lo: int, hi: int, estep: bool,
+                     eps: float, alpha_num: np.ndarray, exam_num: np.ndarray, exam_den: np.ndarray) -> float:
+    """Rows lo..hi-1 of a block: their weighted LL sum; with ``estep`` their E-step sums added in place.
+
+    alpha (n_pairs + 1,): each pair's attractiveness (any value in the spare entry);
+    pairs, cells (B, M): a rank's pair and gamma cell; exam (n_cells + 1,): gamma flattened, 0 in the
+    spare cell; weight (B,) float64: SERPs per row. alpha_num (n_pairs + 1,) gets P(A_r = 1 | C),
+    exam_num / exam_den (n_cells + 1,) get P(E_r = 1 | C) and the impressions, each times the weight.
+    """
+    M = clicks.shape[1]
+    total = 0.0
+    for b in range(lo, hi):
+        w = weight[b]
+        ll = 0.0
+        prod = 1.0
+        for r in range(M):
+            if not mask[b, r]:
+                continue
+            pair, cell = pairs[b, r], cells[b, r]
+            a, e = alpha[pair], exam[cell]
+            p = a * e   # P(C_r = 1 | clicks above)
+            if clicks[b, r] == 1:
+                q = p
+                if estep:
+                    alpha_num[pair] += w
+                    exam_num[cell] += w
+            else:
+                q = 1.0 - p
+                if estep and q > 0.0:   # a skip: not examined, or examined and not attracted
+                    alpha_num[pair] += a * (1.0 - e) / q * w
+                    exam_num[cell] += e * (1.0 - a) / q * w
+            if estep:
+                exam_den[cell] += w
+            prod *= min(max(q, eps), 1.0 - eps)
+            if prod < _UNDERFLOW:
+                ll += np.log(prod)
+                prod = 1.0
+        total += (ll + np.log(prod)) * w
+    return total
