@@ -48,7 +48,7 @@ from __future__ import annotations
 import bisect
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Iterator, Mapping
 
 import numpy as np
@@ -416,7 +416,7 @@ class BlockArrays:
 
 def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays, state: np.ndarray | None,
              update: tuple[np.ndarray, np.ndarray] | None = None, *, estep: bool = True,
-             ppl_eps: float | None = None, slice_rows: int = SLICE_ROWS,
+             held_out: bool = True, ppl_eps: float | None = None, slice_rows: int = SLICE_ROWS,
              compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
     """One EM pass over a block: the qd M-step of the last E-step, then the LL and a new E-step.
 
@@ -431,7 +431,8 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
     Row b stands for ``weight[b]`` identical SERPs (`fold_rows`); every sum counts
     it that many times. The first ``n_train`` rows are training data: they give the
     E-step's sums and the training LL. The rest are held out (the valid split):
-    scored only; with ``ppl_eps`` also by unconditional click probability per rank,
+    scored only, unless ``held_out`` is False (their sums, n_valid included, are then 0);
+    with ``ppl_eps`` also by unconditional click probability per rank,
     clipped to [ppl_eps, 1 - ppl_eps] (perplexity, DESIGN §5). With ``estep`` False
     nothing new is estimated. ``compiled`` (default: the model's ``examination_cells``): the LL and
     the E-step by `compiled.examination_pass` over the whole block, instead of the numpy kernels
@@ -464,17 +465,18 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
     ppl_n, ppl_ln = np.zeros(M), np.zeros(M)
     # training slices, then held-out slices: a slice never mixes the two
     train = [(lo, min(lo + slice_rows, n_train)) for lo in range(0, n_train, slice_rows)]
-    held_out = [(lo, min(lo + slice_rows, B)) for lo in range(n_train, B, slice_rows)]
+    valid = [(lo, min(lo + slice_rows, B)) for lo in range(n_train, B, slice_rows)] if held_out else []
 
     def slice_of(lo, hi):
         qd = {p: padded[j][spare[lo:hi]] for j, p in enumerate(params)}
         return qd, clicks[lo:hi], mask[lo:hi], weight[lo:hi], {k_: v[lo:hi] for k_, v in block.const.items()} or None
 
     if model.examination_cells if compiled is None else compiled:
-        ll, ll_valid = _examination_pass(g, block, padded[0], estep, qd_num[0], g_num["gamma"], g_den["gamma"])
-        train = held_out_ll = []
+        ll, ll_valid = _examination_pass(g, block, padded[0], estep, held_out, qd_num[0], g_num["gamma"],
+                                         g_den["gamma"])
+        train = valid_ll = []
     else:
-        held_out_ll = held_out
+        valid_ll = valid
     for lo, hi in train if estep else []:
         qd, c, m_, w, const = slice_of(lo, hi)
         # the E-step and the LL under the same parameters, in one kernel call
@@ -490,14 +492,14 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
             num, den = st.glob[k_]
             g_num[k_] += np.broadcast_to(np.asarray(num, dtype=np.float64), s)
             g_den[k_] += np.broadcast_to(np.asarray(den, dtype=np.float64), s)
-    for lo, hi in ([] if estep else train) + held_out_ll:   # scored only
+    for lo, hi in ([] if estep else train) + valid_ll:   # scored only
         qd, c, m_, w, const = slice_of(lo, hi)
         part = float(model.scored_log_likelihood(qd, g, c, m_, const) @ w)
         if lo < n_train:
             ll += part
         else:
             ll_valid += part
-    for lo, hi in held_out if ppl_eps is not None else []:
+    for lo, hi in valid if ppl_eps is not None else []:
         qd, c, m_, w, _ = slice_of(lo, hi)
         p = np.clip(model.click_probs(qd, g, m_), ppl_eps, 1 - ppl_eps)
         # log(1 - p), not log1p: the same terms as the SQL perplexity (click_prediction.log_lik)
@@ -510,22 +512,25 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
             if p in model.impression_dens:
                 qd_den[j] = block.impressions
     new_state = np.stack([values, qd_num, qd_den])
-    parts = [np.array([ll, float(weight[:n_train].sum()), ll_valid, block.n_valid, lp]), ppl_n, ppl_ln]
+    parts = [np.array([ll, float(weight[:n_train].sum()), ll_valid, block.n_valid if held_out else 0.0, lp]),
+             ppl_n, ppl_ln]
     parts += [np.array([qd_num[j].sum(), qd_den[j].sum()]) for j in range(P)]
     parts += [np.concatenate([g_num[k_].ravel(), g_den[k_].ravel()]) for k_ in shapes]
     return new_state, np.concatenate(parts)
 
 
-def _examination_pass(g: Mapping[str, np.ndarray], block: BlockArrays, alpha: np.ndarray, estep: bool,
+def _examination_pass(g: Mapping[str, np.ndarray], block: BlockArrays, alpha: np.ndarray, estep: bool, held_out: bool,
                       alpha_num: np.ndarray, gamma_num: np.ndarray, gamma_den: np.ndarray) -> tuple[float, float]:
-    """(training LL, held-out LL) of an examination model's block (`compiled.examination_pass`); with
-    ``estep`` the training rows' E-step sums are added to alpha_num (n_pairs,), gamma_num and gamma_den."""
+    """(training LL, held-out LL or 0 without ``held_out``) of an examination model's block
+    (`compiled.examination_pass`); with ``estep`` the training rows' E-step sums are added to
+    alpha_num (n_pairs,), gamma_num and gamma_den."""
     gamma = np.asarray(g["gamma"], dtype=np.float64)
     exam = np.append(gamma.ravel(), 0.0)   # the spare cell: masked ranks
     a_num, e_num, e_den = np.zeros(block.n_pairs + 1), np.zeros(exam.size), np.zeros(exam.size)
     rows = (alpha, block.bins, block.const["cell"], block.clicks, block.mask, block.weight, exam)
     ll = examination_pass(*rows, 0, block.n_train, estep, LL_EPS, a_num, e_num, e_den)
-    ll_valid = examination_pass(*rows, block.n_train, len(block.weight), False, LL_EPS, a_num, e_num, e_den)
+    ll_valid = examination_pass(*rows, block.n_train, len(block.weight) if held_out else block.n_train, False, LL_EPS,
+                                a_num, e_num, e_den)
     alpha_num += a_num[:-1]
     gamma_num += e_num[:-1].reshape(gamma.shape)
     gamma_den += e_den[:-1].reshape(gamma.shape)
@@ -543,6 +548,7 @@ class PassPlan:
     the final pass) or "hold" (converged: state kept, nothing computed).
     group: the packed log's group the candidate is fitted on (`BlockGroup`).
     ppl_eps: also score the held-out SERPs' perplexity terms (`em_block`).
+    held_out: score the held-out SERPs at all (the driver asks only when it reads their LL).
     """
 
     mode: str
@@ -550,6 +556,7 @@ class PassPlan:
     update: tuple[np.ndarray, np.ndarray] | None
     group: int = 0
     ppl_eps: float | None = None
+    held_out: bool = True
 
 
 def _group_of(block: int, first_blocks: tuple[int, ...]) -> int:
@@ -585,14 +592,13 @@ def block_pass(model: ClickModel, plans: list[PassPlan], lanes: list[list[int]],
             continue
         new[slot], vec[c * size:(c + 1) * size] = em_block(
             model, plan.g, arrays, None if state is None else state[slot], plan.update,
-            estep=plan.mode == "step", ppl_eps=plan.ppl_eps)
+            estep=plan.mode == "step", held_out=plan.held_out, ppl_eps=plan.ppl_eps)
     return new, vec
 
 
 def pass_plans(plans: list[PassPlan], n_groups: int) -> tuple[list[PassPlan], list[list[int]]]:
     """The plans with float64 global parameters, and their lanes (`_lanes`): what a task needs for `block_pass`."""
-    plans = [PassPlan(p.mode, {k: np.asarray(v, dtype=np.float64) for k, v in p.g.items()}, p.update, p.group,
-                      p.ppl_eps) for p in plans]
+    plans = [replace(p, g={k: np.asarray(v, dtype=np.float64) for k, v in p.g.items()}) for p in plans]
     return plans, _lanes(plans, n_groups)
 
 

@@ -98,7 +98,7 @@ def encode_plans(plans: list[PassPlan] | None) -> bytes:
     return json.dumps({"command": "pass", "plans": [
         {"mode": p.mode, "g": {k: _array(v) for k, v in p.g.items()},
          "update": None if p.update is None else [_array(a) for a in p.update],
-         "group": p.group, "ppl_eps": p.ppl_eps} for p in plans]}).encode()
+         "group": p.group, "ppl_eps": p.ppl_eps, "held_out": p.held_out} for p in plans]}).encode()
 
 
 def decode_plans(buf) -> list[PassPlan] | None:
@@ -106,7 +106,8 @@ def decode_plans(buf) -> list[PassPlan] | None:
     if msg["command"] == "finish":
         return None
     return [PassPlan(p["mode"], {k: _unarray(v) for k, v in p["g"].items()},
-                     None if p["update"] is None else tuple(_unarray(a) for a in p["update"]), p["group"], p["ppl_eps"])
+                     None if p["update"] is None else tuple(_unarray(a) for a in p["update"]), p["group"], p["ppl_eps"],
+                     p["held_out"])
             for p in msg["plans"]]
 
 

@@ -29,8 +29,9 @@ M-step of pass t runs at the start of pass t + 1, where the pooled mean m of
 the whole log's pass-t sums is known. With ``k: auto`` one candidate fit per
 strength of the grid runs in the same passes (each task runs one E-step per
 candidate: one Spark job per pass whatever the grid), the held-out SERPs packed
-beside the training ones are scored in every pass, and the candidate with the
-best held-out LL per position is the fit. Without held-out SERPs the auto
+beside the training ones are scored in every pass of the warm-up (below) and in
+the final one, and the candidate with the best held-out LL per position after
+the final pass is the fit. Without held-out SERPs the auto
 strength is ``priors.DEFAULT_K``.
 
 Pooled means are hyperparameters, estimated during a warm-up: m follows the
@@ -260,11 +261,12 @@ def _fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int, tol: f
                       if f.k > 0 and name in c.g_means)
         c.history.append((it, ll, secs))
         c.posterior.append((float(sums["ll"][0]) + float(sums["lp"][0]) + lp_glob) / n)
-        if select_on_held_out and sums["n_valid"][0] > 0:
+        scored = sums["n_valid"][0] > 0   # held-out SERPs scored in this pass
+        if select_on_held_out and scored:
             c.valid_ll = float(sums["ll_valid"][0] / sums["n_valid"][0])
-        log.info("%s %s iteration %d: train LL %.6f per SERP, log posterior %.6f, valid LL %.6f per position, "
-                 "prior m %s, %.2f s", model.name, c.label, it, ll, c.posterior[-1], c.valid_ll,
-                 c.means_text, secs)
+        log.info("%s %s iteration %d: train LL %.6f per SERP, log posterior %.6f, valid LL %s per position, "
+                 "prior m %s, %.2f s", model.name, c.label, it, ll, c.posterior[-1],
+                 f"{c.valid_ll:.6f}" if scored and select_on_held_out else "-", c.means_text, secs)
 
     def drop(old: DataFrame) -> None:   # a pass's blocks, never the packed log's
         if old is not packed.blocks:
@@ -288,7 +290,9 @@ def _fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int, tol: f
                      time.perf_counter() - t0)
         for it in range(1, passes + 1):
             t0 = time.perf_counter()
-            all_sums = one_pass([PassPlan("step" if c.active else "hold", c.g, c.update, c.group) for c in cands])
+            # the held-out LL is read only while it may end a candidate's warm-up (and after the last pass)
+            all_sums = one_pass([PassPlan("step" if c.active else "hold", c.g, c.update, c.group,
+                                          held_out=select_on_held_out and c.compare_from is None) for c in cands])
             secs = time.perf_counter() - t0
             for c, sums in zip(cands, all_sums):
                 if sums is None:

@@ -71,3 +71,20 @@ def test_a_long_list_of_clipped_probabilities_does_not_underflow():
     for compiled in (False, True):
         _, vec = em_block(model, g, block, state, estep=False, compiled=compiled)
         assert split_stats(model, m, vec)["ll"][0] == pytest.approx(4 * m * np.log(LL_EPS), rel=1e-12)
+
+
+@pytest.mark.parametrize("name,compiled", [("pbm", True), ("ubm", True), ("ubm", False), ("dbn", False)])
+def test_a_pass_without_held_out_rows_gives_the_same_training_sums(name, compiled):
+    model = get_model(name)
+    block = _block(model, seed=3)
+    g = model.init_global(M)
+    state, _ = em_block(model, g, block, None, compiled=compiled)
+    both, vec = em_block(model, g, block, state, compiled=compiled)
+    train_only, t_vec = em_block(model, g, block, state, held_out=False, compiled=compiled)
+    sums, t_sums = split_stats(model, M, vec), split_stats(model, M, t_vec)
+    assert sums["n_valid"][0] > 0 and sums["ll_valid"][0] < 0
+    assert t_sums["n_valid"][0] == 0 and t_sums["ll_valid"][0] == 0
+    assert (train_only == both).all()
+    for key in sums:
+        if key not in ("n_valid", "ll_valid"):
+            assert (t_sums[key] == sums[key]).all(), key
