@@ -10,7 +10,8 @@ its SERPs (bench.yaml: 6, almost every SERP distinct; 0: one fixed list per quer
 repeat and the packed blocks fold them into weighted rows, as on a real log's head queries).
 The fit is the fit stage as `clickeval fit` runs it, with the package defaults: pack train +
 valid once, then EM until the log posterior per training SERP moves by less than fit.tol
-(1e-4) or 50 passes, beta prior with k auto (every grid value a candidate in the same passes).
+(1e-4) or --iterations passes (default 50, the package default), beta prior with k auto (every grid
+value a candidate in the same passes).
 Ingest (generate, validate, write) is timed too, outside the target.
 
 Prints, and writes to <workdir>/fit_scale.json: SERPs, distinct packed rows, passes,
@@ -37,6 +38,7 @@ def main(argv=None) -> int:
     ap.add_argument("--train-serps", type=int, default=10_000_000)
     ap.add_argument("--model", default="ubm")
     ap.add_argument("--shuffle-width", type=float, default=None)
+    ap.add_argument("--iterations", type=int, default=50, help="the cap on passes (fit.iterations; 50 by default)")
     ap.add_argument("--conf", default=str(PROJECT_ROOT / "conf" / "bench.yaml"))
     ap.add_argument("--workdir", default="/tmp/clickeval-fit-scale")
     ap.add_argument("--skip-ingest", action="store_true", help="fit the log an earlier run left in --workdir")
@@ -48,7 +50,7 @@ def main(argv=None) -> int:
         "ingest.dataset": f"scale-{n}", "ingest.synthetic.n_serps": n, "ingest.synthetic.n_queries": n // 25,
         "ingest.split.ratios": {"train": 10, "valid": 1, "test": 0},
         "fit.models": [args.model], "generate.generators": [args.model],
-        "fit.iterations": 50, "fit.tol": 1e-4, "fit.prior": {"kind": "beta", "k": "auto"},
+        "fit.iterations": args.iterations, "fit.tol": 1e-4, "fit.prior": {"kind": "beta", "k": "auto"},
         "spark.warehouse": wh, "report.path": str(Path(args.workdir) / "reports"),
     }
     if args.shuffle_width is not None:

@@ -31,7 +31,8 @@ simulated from a DBN), a fresh warehouse under --workdir:
   workers), sampled every 0.2 s while the size runs.
 
 After the last size: log-log slopes of stage time against size between consecutive
-sizes (1 = linear). Results are printed as a markdown table and written to
+sizes (1 = linear); with --fit-scale 10000000, benchmarks/fit_scale.py's UBM fit to
+convergence on a 10M-SERP log (issue 17's target), in a process of its own. Results are printed as a markdown table and written to
 <workdir>/results.json. PyClick's DBN (about 190 SERPs per second per iteration on this
 machine, issue 8) is the reference for the "x PyClick" column.
 """
@@ -43,6 +44,8 @@ import json
 import math
 import os
 import platform
+import subprocess
+import sys
 import threading
 import time
 from datetime import datetime, timezone
@@ -257,7 +260,7 @@ def slope(results: list[dict], get) -> list[float]:
             for a, b in zip(results, results[1:])]
 
 
-def markdown(results: list[dict], args, started: str) -> str:
+def markdown(results: list[dict], args, started: str, scale: dict | None = None) -> str:
     width = "" if args.shuffle_width is None else f" --shuffle-width {args.shuffle_width:g}"
     lines = [f"Command: `.venv/bin/python -m benchmarks.run --sizes {args.sizes} --iterations {args.iterations}"
              f"{width}`",
@@ -302,6 +305,15 @@ def markdown(results: list[dict], args, started: str) -> str:
         quantities.append(("all stages", lambda r: sum(r["stages"].values())))
         for label, get in quantities:
             lines.append(f"| {label} | " + " | ".join(f"{x:.2f}" for x in slope(results, get)) + " |")
+    if scale is not None:
+        passes = scale["em_pass_s"]
+        lines += ["", "UBM fit to convergence (benchmarks.fit_scale, fit.tol 1e-4, at most 50 passes, beta prior "
+                  "k auto; target: under CLAX's 148 s on one GPU):", "",
+                  "| train SERPs | packed rows | valid SERPs | fit stage s | passes | EM passes s | s per pass "
+                  "| peak RSS GiB |", "|---|---|---|---|---|---|---|---|",
+                  f"| {scale['train_serps']:,} | {scale['packed_rows']:,} | {scale['valid_serps']:,} "
+                  f"| {scale['fit_stage_s']:.1f} | {scale['passes']} | {sum(passes):.1f} "
+                  f"| {sum(passes) / max(1, len(passes)):.2f} | {scale['peak_rss_gb']:.1f} |"]
     return "\n".join(lines)
 
 
@@ -313,6 +325,9 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", default="/tmp/clickeval-bench")
     ap.add_argument("--shuffle-width", type=float, default=None,
                     help="override ingest.synthetic.shuffle_width (0: one fixed doc list per query)")
+    ap.add_argument("--fit-scale", type=int, default=0, metavar="TRAIN_SERPS",
+                    help="then benchmarks.fit_scale's UBM fit to convergence on this many train SERPs "
+                         "(--shuffle-width 0; issue 17: 10000000), in its own process")
     args = ap.parse_args(argv)
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     workdir = Path(args.workdir)
@@ -326,7 +341,13 @@ def main(argv=None) -> int:
             (workdir / "results.json").write_text(json.dumps(results, indent=1))
     finally:
         spark.stop()
-    print(markdown(results, args, started))
+    scale = None
+    if args.fit_scale:   # a process of its own: its own session, warehouse and peak-memory count
+        scale_dir = workdir / "fit-scale"
+        subprocess.run([sys.executable, "-m", "benchmarks.fit_scale", "--train-serps", str(args.fit_scale),
+                        "--shuffle-width", "0", "--workdir", str(scale_dir)], check=True)
+        scale = json.loads((scale_dir / "fit_scale.json").read_text())
+    print(markdown(results, args, started, scale))
     return 0
 
 
