@@ -471,13 +471,13 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
         qd = {p: padded[j][spare[lo:hi]] for j, p in enumerate(params)}
         return qd, clicks[lo:hi], mask[lo:hi], weight[lo:hi], {k_: v[lo:hi] for k_, v in block.const.items()} or None
 
+    steps = train if estep else []               # slices the numpy E-step runs on
+    scored = ([] if estep else train) + valid   # slices only scored
     if model.examination_cells if compiled is None else compiled:
         ll, ll_valid = _examination_pass(g, block, padded[0], estep, held_out, qd_num[0], g_num["gamma"],
                                          g_den["gamma"])
-        train = valid_ll = []
-    else:
-        valid_ll = valid
-    for lo, hi in train if estep else []:
+        steps = scored = []   # the compiled pass did both
+    for lo, hi in steps:
         qd, c, m_, w, const = slice_of(lo, hi)
         # the E-step and the LL under the same parameters, in one kernel call
         st, row_ll = model.estep_and_log_likelihood(qd, g, c, m_, w, const)
@@ -492,7 +492,7 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
             num, den = st.glob[k_]
             g_num[k_] += np.broadcast_to(np.asarray(num, dtype=np.float64), s)
             g_den[k_] += np.broadcast_to(np.asarray(den, dtype=np.float64), s)
-    for lo, hi in ([] if estep else train) + valid_ll:   # scored only
+    for lo, hi in scored:
         qd, c, m_, w, const = slice_of(lo, hi)
         part = float(model.scored_log_likelihood(qd, g, c, m_, const) @ w)
         if lo < n_train:
