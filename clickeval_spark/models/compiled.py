@@ -15,20 +15,25 @@ early when it nears underflow). So the sums equal the numpy kernels' up to round
 (tests/models/test_compiled.py: 1e-12); the numpy kernels stay the reference and serve every
 other model and the predictors.
 
-Compiled on first use in each process and cached beside this module (``cache=True``; where that
-is not writable, e.g. code shipped in a zip, numba compiles in memory, about half a second).
+Compiled on first use in each process, and cached in ``__pycache__`` beside this module where
+that directory is writable. Elsewhere (a read-only install, code in a ``--py-files`` zip) each
+process compiles in memory, about half a second, rather than numba's fallback of a cache under
+the home directory of whatever user runs the executors.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 from numba import njit
 
 #: a row's product of probabilities is logged and restarted below this (1e-6 ** 41 ~ 1e-246)
 _UNDERFLOW = 1e-250
+_CACHE = os.access(os.path.dirname(os.path.abspath(__file__)), os.W_OK)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=_CACHE, nogil=True)
 def examination_pass(alpha: np.ndarray, pairs: np.ndarray, cells: np.ndarray, clicks: np.ndarray,
                      mask: np.ndarray, weight: np.ndarray, exam: np.ndarray, lo: int, hi: int, estep: bool,
                      eps: float, alpha_num: np.ndarray, exam_num: np.ndarray, exam_den: np.ndarray) -> float:
