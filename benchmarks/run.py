@@ -73,6 +73,7 @@ class PeakRss:
 
     def __init__(self, every: float = 0.2):
         self.every, self.peak, self._stop = every, 0, threading.Event()
+        self.peak_at = ""   # UTC time of the peak, to find the stage in the log
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self):
@@ -86,7 +87,9 @@ class PeakRss:
     def _run(self):
         me = os.getpid()
         while not self._stop.is_set():
-            self.peak = max(self.peak, _tree_rss(me))
+            rss = _tree_rss(me)
+            if rss > self.peak:
+                self.peak, self.peak_at = rss, datetime.now(timezone.utc).strftime("%H:%M:%S")
             self._stop.wait(self.every)
 
 
@@ -196,6 +199,7 @@ def run_size(spark, conf: str, n: int, workdir: Path, iterations: int,
         out["stages"]["generate"] = timed(STAGES["generate"], ctx)[1]
         out["stages"]["surrogate"] = timed(STAGES["surrogate"], ctx)[1]
     out["peak_rss_gb"] = rss.peak / 2**30
+    print(f"size {n:,}: peak RSS {out['peak_rss_gb']:.1f} GiB at {rss.peak_at} UTC", flush=True)
     return out
 
 

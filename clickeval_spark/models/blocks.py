@@ -60,7 +60,6 @@ from pyspark.sql import types as T
 
 from clickeval_spark.models.attach import list_lengths
 from clickeval_spark.models.base import INIT_VALUE, LL_EPS, ClickModel, binned_sums
-from clickeval_spark.models.compiled import examination_pass
 from clickeval_spark.models.priors import FamilyPrior, log_prior, pooled_rank_means, posterior_mode
 
 #: SERPs per block: enough that a task's numpy work dwarfs its scheduling cost, small
@@ -524,6 +523,9 @@ def _examination_pass(g: Mapping[str, np.ndarray], block: BlockArrays, alpha: np
     """(training LL, held-out LL or 0 without ``held_out``) of an examination model's block
     (`compiled.examination_pass`); with ``estep`` the training rows' E-step sums are added to
     alpha_num (n_pairs,), gamma_num and gamma_den."""
+    # imported here: numba costs a process ~125 MB and 0.3 s, and only processes that run EM passes need it
+    from clickeval_spark.models.compiled import examination_pass
+
     gamma = np.asarray(g["gamma"], dtype=np.float64)
     exam = np.append(gamma.ravel(), 0.0)   # the spare cell: masked ranks
     a_num, e_num, e_den = np.zeros(block.n_pairs + 1), np.zeros(exam.size), np.zeros(exam.size)
