@@ -62,7 +62,10 @@ def ppl_by_rank_figure(rows: list[dict], models: list[str], split: str) -> str:
         ax.set_xlabel("rank")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("perplexity (lower is better)")
-    axes[1].legend(fontsize=8, ncol=2)
+    # on the right panel, or the left when the right has no line (no conditional PPL in the run)
+    legend_ax = next((ax for ax in axes[::-1] if ax.get_legend_handles_labels()[0]), None)
+    if legend_ax is not None:
+        legend_ax.legend(fontsize=8, ncol=2)
     return _png(fig)
 
 
