@@ -531,8 +531,8 @@ def _examination_pass(g: Mapping[str, np.ndarray], block: BlockArrays, alpha: np
     a_num, e_num, e_den = np.zeros(block.n_pairs + 1), np.zeros(exam.size), np.zeros(exam.size)
     rows = (alpha, block.bins, block.const["cell"], block.clicks, block.mask, block.weight, exam)
     ll = examination_pass(*rows, 0, block.n_train, estep, LL_EPS, a_num, e_num, e_den)
-    ll_valid = examination_pass(*rows, block.n_train, len(block.weight) if held_out else block.n_train, False, LL_EPS,
-                                a_num, e_num, e_den)
+    ll_valid = (examination_pass(*rows, block.n_train, len(block.weight), False, LL_EPS, a_num, e_num, e_den)
+                if held_out else 0.0)
     alpha_num += a_num[:-1]
     gamma_num += e_num[:-1].reshape(gamma.shape)
     gamma_den += e_den[:-1].reshape(gamma.shape)
