@@ -33,6 +33,13 @@ def to_fixed(value: Column) -> Column:
     return F.round(value * F.lit(SCALE)).cast("long")
 
 
+def fixed_np(values: np.ndarray) -> np.ndarray:
+    """`to_fixed` in numpy: Spark's round is half away from zero (np.round is half to even).
+    Scaling by a power of two is exact, and adding 0.5 is exact below 2^52."""
+    v = values * SCALE
+    return (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int64)
+
+
 def session_hash(seed: int, session_col: str = "session_id") -> Column:
     return F.xxhash64(F.lit(int(seed)).cast("long"), F.lit("bootstrap"), F.col(session_col))
 

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark import tables
-from clickeval_spark.metrics.bootstrap import SCALE
+from clickeval_spark.metrics.bootstrap import fixed_np
 from clickeval_spark.models.attach import list_value_lengths, padded
 
 KEYS = ("model", "dataset", "split")
@@ -70,13 +70,6 @@ def per_serp(by_rank_rows: DataFrame) -> DataFrame:
     )
 
 
-def _fixed(values: np.ndarray) -> np.ndarray:
-    """`bootstrap.to_fixed` in numpy: Spark's round is half away from zero (np.round is half to even).
-    Scaling by a power of two is exact, and adding 0.5 is exact below 2^52."""
-    v = values * SCALE
-    return (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int64)
-
-
 def log_terms(click: np.ndarray, p: np.ndarray, mask: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
     """The DESIGN §5 terms of (B, M) clicks (bool) and probabilities, as the SQL `log_lik(clipped(p, eps))`
     and `bootstrap.to_fixed` give them: (clipped count per row, fixed-point ln P(observed click) per
@@ -84,7 +77,7 @@ def log_terms(click: np.ndarray, p: np.ndarray, mask: np.ndarray, eps: float) ->
     # as Spark's least(greatest(p, eps), 1 - eps): NaN sorts above every number, so it clips to 1 - eps
     q = np.where(np.isnan(p), 1.0 - eps, np.clip(p, eps, 1.0 - eps))
     clipped_n = ((p != q) & mask).sum(axis=1).astype(np.int64)
-    return clipped_n, np.where(mask, _fixed(np.where(click, np.log(q), np.log(1.0 - q))), 0)
+    return clipped_n, np.where(mask, fixed_np(np.where(click, np.log(q), np.log(1.0 - q))), 0)
 
 
 def _serp_stats_fn(max_rank: int, eps: float, keys: list[str]):
@@ -132,6 +125,20 @@ def serp_stats(predictions: DataFrame, max_rank: int, eps: float) -> DataFrame:
     )
 
 
+def serp_session_stats(predictions: DataFrame, sessions: DataFrame, max_rank: int, eps: float) -> DataFrame:
+    """model, dataset, split, session_id + stat_columns(max_rank), one row per SERP with its session
+    (n_serps = 1): `session_stats` before its sum, for callers that add other per-SERP rows first.
+
+    The sessions (one narrow row per SERP) are the hashed side of the join, so the wide statistics
+    are not sorted (a sort-merge join cost 2.3 s more at 3M prediction rows)."""
+    summed = [c for c in stat_columns(max_rank) if c != "n_serps"]
+    return (
+        serp_stats(predictions, max_rank, eps)
+        .join(sessions.hint("shuffle_hash"), on=["dataset", "serp_id"], how="inner")
+        .select(*KEYS, "session_id", F.col("n_1").alias("n_serps"), *summed)
+    )
+
+
 def session_stats(predictions: DataFrame, sessions: DataFrame, max_rank: int, eps: float) -> DataFrame:
     """model, dataset, split, session_id + stat_columns(max_rank), one row per session.
 
@@ -140,12 +147,12 @@ def session_stats(predictions: DataFrame, sessions: DataFrame, max_rank: int, ep
     Log terms are stored as fixed-point longs (exact, order-free sums). A SERP is counted
     at its rank 1.
     """
-    summed = [c for c in stat_columns(max_rank) if c != "n_serps"]
+    cols = stat_columns(max_rank)
     return (
-        serp_stats(predictions, max_rank, eps).join(sessions, on=["dataset", "serp_id"], how="inner")
+        serp_session_stats(predictions, sessions, max_rank, eps)
         .groupBy(*KEYS, "session_id")
-        .agg(F.sum("n_1").alias("n_serps"), *[F.sum(c).alias(c) for c in summed])
-        .select(*KEYS, "session_id", *stat_columns(max_rank))
+        .agg(*[F.sum(c).alias(c) for c in cols])
+        .select(*KEYS, "session_id", *cols)
     )
 
 

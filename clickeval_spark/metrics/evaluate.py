@@ -50,17 +50,16 @@ def session_statistics(predictions: DataFrame, serps: DataFrame, labels: DataFra
                        scores: DataFrame | None, ndcg_models: Sequence[str], opts: MetricOptions) -> tuple[DataFrame, list[str]]:
     """One row per (model, dataset, split, session) with every additive statistic, and their names."""
     click_cols = click_prediction.stat_columns(opts.max_rank)
-    clicks = click_prediction.session_stats(
-        predictions, serps.select("dataset", "serp_id", "session_id"), opts.max_rank, opts.eps)
+    sessions = serps.select("dataset", "serp_id", "session_id")
     if labels is None or scores is None or not ndcg_models:
-        return clicks, click_cols
-    spark = predictions.sparkSession
+        return click_prediction.session_stats(predictions, sessions, opts.max_rank, opts.eps), click_cols
     ndcg_cols = ndcg.stat_columns(opts.ndcg_cutoffs)
     graded = ndcg.graded_docs(serps, labels, opts.max_rank, opts.ndcg_gain)
-    idcg = ndcg.ideal_dcg(graded, labels, opts.ndcg_cutoffs, opts.ndcg_gain, opts.ndcg_ideal)
-    models = spark.createDataFrame([(m,) for m in ndcg_models], "model string")
-    per_serp = ndcg.serp_ndcg(graded, idcg, scores, models, opts.ndcg_cutoffs)
-    labelled = ndcg.session_stats(per_serp, opts.ndcg_cutoffs)
+    idcg = (ndcg.query_ideal_dcg(graded, labels, opts.ndcg_cutoffs, opts.ndcg_gain)
+            if opts.ndcg_ideal == "query" else None)
+    labelled = ndcg.serp_ndcg(graded, scores, ndcg_models, opts.ndcg_cutoffs, idcg)
+    clicks = click_prediction.serp_session_stats(predictions, sessions, opts.max_rank, opts.eps)
+    # both sides one row per SERP: one aggregation per session for all statistics
     zero = F.lit(0).cast("long")
     all_cols = click_cols + ndcg_cols
     combined = (

@@ -1,7 +1,7 @@
 """Relevance estimation: NDCG@k of the models' relevance scores against human labels (DESIGN §5).
 
 Per labelled SERP its documents are ordered by the model's score (ties: original
-rank first) with a window function, DCG@k = Σ_{i<=k} gain_i / log2(i + 1), and
+rank first; in numpy, one row per SERP, `serp_ndcg`), DCG@k = Σ_{i<=k} gain_i / log2(i + 1), and
 IDCG@k is the same over the ideal order: the SERP's own grades (default) or all
 judged documents of the query. SERPs with IDCG = 0 are excluded and counted;
 negative grades count as 0 and are counted; unjudged documents on a labelled
@@ -12,13 +12,16 @@ Which lists are labelled: see `graded_docs`.
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+import math
+from typing import Iterator, Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from clickeval_spark.metrics.bootstrap import to_fixed
+from clickeval_spark.metrics.bootstrap import fixed_np, to_fixed
 
 KEYS = ("model", "dataset", "split")
 
@@ -98,12 +101,9 @@ def _ideal_dcg(docs: DataFrame, group: Sequence[str], cutoffs: Sequence[int]) ->
     )
 
 
-def ideal_dcg(graded: DataFrame, labels: DataFrame, cutoffs: Sequence[int], gain: str,
-              ideal: Literal["serp", "query"]) -> DataFrame:
-    """dataset, serp_id, idcg_k for every labelled SERP."""
-    if ideal == "serp":
-        return _ideal_dcg(graded, ["dataset", "serp_id"], cutoffs)
-    # every judged doc of the query, returned on this SERP or not; a doc graded twice keeps its best grade
+def query_ideal_dcg(graded: DataFrame, labels: DataFrame, cutoffs: Sequence[int], gain: str) -> DataFrame:
+    """dataset, serp_id, idcg_k for every labelled SERP, the ideal order being every judged doc of its
+    query, returned on this SERP or not (``ndcg_ideal: query``); a doc graded twice keeps its best grade."""
     pool = (labels.groupBy("dataset", "query_id", "doc_id").agg(F.max("relevance").alias("grade"))
             .withColumn("gain", _gain(F.col("grade"), gain)))
     per_query = _ideal_dcg(pool, ["dataset", "query_id"], cutoffs)
@@ -112,53 +112,103 @@ def ideal_dcg(graded: DataFrame, labels: DataFrame, cutoffs: Sequence[int], gain
             .select("dataset", "serp_id", *[f"idcg_{k}" for k in cutoffs]))
 
 
-def serp_ndcg(graded: DataFrame, idcg: DataFrame, scores: DataFrame, models: DataFrame,
-              cutoffs: Sequence[int]) -> DataFrame:
-    """model, dataset, split, session_id, serp_id, ndcg_k (fixed point), idcg_zero + per-SERP counts.
+def _score_col(i: int) -> str:
+    return f"_score_{i}"
 
-    `scores`: model, query_id, doc_id, score; `models`: one column `model` naming the
-    models to rank with. A document without a score ranks last and is counted.
+
+def serp_ndcg(graded: DataFrame, scores: DataFrame, models: Sequence[str], cutoffs: Sequence[int],
+              idcg: DataFrame | None = None) -> DataFrame:
+    """model, dataset, split, session_id, serp_id + stat_columns(cutoffs): one row per (model, labelled
+    SERP), NDCG in fixed point.
+
+    `scores`: model, query_id, doc_id, score; `models`: the models to rank with. A document without
+    a score ranks last and is counted. `idcg`: dataset, serp_id, idcg_k (`query_ideal_dcg`); None:
+    each SERP's own grades give its ideal order.
+
+    The scores are pivoted to a column per model and joined to the graded documents once for all
+    models; each SERP's documents are then collected into one row and ranked in numpy, every model
+    in one vectorised pass per batch (`_ndcg_fn`): as window functions over (model, SERP) rows it
+    took two sorts and two more shuffles of models x graded documents.
     """
-    by_model = Window.partitionBy("model", "dataset", "serp_id").orderBy(
-        F.col("score").desc_nulls_last(), F.col("rank").asc())
-    ranked = (
-        graded.crossJoin(F.broadcast(models))
-        .join(scores, on=["model", "query_id", "doc_id"], how="left")
-        .withColumn("mpos", F.row_number().over(by_model))
-    )
-    per_serp = (
-        ranked.groupBy(*KEYS, "session_id", "serp_id")
-        .agg(*[F.sum(_discounted(F.col("mpos"), "gain", k)).alias(f"dcg_{k}") for k in cutoffs],
-             F.sum((F.col("grade") < 0).cast("long")).alias("negative_grades"),
-             F.sum(F.col("grade").isNull().cast("long")).alias("unjudged_docs"),
-             F.sum(F.col("score").isNull().cast("long")).alias("unscored_docs"))
-        .join(idcg, on=["dataset", "serp_id"], how="left")
-    )
-    # IDCG = 0 iff no judged document has a positive gain (the ideal order puts the best one first)
-    idcg_zero = F.coalesce(F.col(f"idcg_{max(cutoffs)}"), F.lit(0)) <= 0
-    return per_serp.select(
-        *KEYS, "session_id", "serp_id",
-        idcg_zero.alias("idcg_zero"),
-        *[F.when(idcg_zero, F.lit(0).cast("long"))
-          .otherwise(to_fixed(F.col(f"dcg_{k}").cast("double") / F.col(f"idcg_{k}").cast("double")))
-          .alias(f"ndcg_{k}") for k in cutoffs],
-        "negative_grades", "unjudged_docs", "unscored_docs",
-    )
-
-
-def session_stats(serp_rows: DataFrame, cutoffs: Sequence[int]) -> DataFrame:
-    """model, dataset, split, session_id + stat_columns(cutoffs)."""
-    kept = ~F.col("idcg_zero")
+    models = list(models)
+    wide = (scores.where(F.col("model").isin(*models)).groupBy("query_id", "doc_id")
+            .agg(*[F.max(F.when(F.col("model") == m, F.col("score"))).alias(_score_col(i))
+                   for i, m in enumerate(models)]))
+    doc = F.struct("rank", "grade", "gain", *[_score_col(i) for i in range(len(models))])
+    lists = (graded.join(wide, on=["query_id", "doc_id"], how="left")
+             .groupBy("dataset", "split", "session_id", "serp_id").agg(F.collect_list(doc).alias("docs")))
+    idcg_cols = []
+    if idcg is not None:
+        idcg_cols = [f"idcg_{k}" for k in cutoffs]
+        lists = lists.join(idcg, on=["dataset", "serp_id"], how="left")
+    schema = ", ".join(["model string", "dataset string", "split string", "session_id string", "serp_id string",
+                        *(f"{c} long" for c in stat_columns(cutoffs))])
     return (
-        serp_rows.groupBy(*KEYS, "session_id")
-        .agg(F.sum(kept.cast("long")).alias("n_labelled"),
-             *[F.sum(F.col(f"ndcg_{k}")).alias(f"ndcg_{k}") for k in cutoffs],
-             F.sum(F.col("idcg_zero").cast("long")).alias("excluded_idcg0"),
-             F.sum("negative_grades").alias("negative_grades"),
-             F.sum("unjudged_docs").alias("unjudged_docs"),
-             F.sum("unscored_docs").alias("unscored_docs"))
-        .select(*KEYS, "session_id", *stat_columns(cutoffs))
+        lists.select("dataset", "split", "session_id", "serp_id", "docs", *idcg_cols)
+        .mapInArrow(_ndcg_fn(models, cutoffs, bool(idcg_cols)), schema)
+        .select(*KEYS, "session_id", "serp_id", *stat_columns(cutoffs))
     )
+
+
+def _ndcg_fn(models: Sequence[str], cutoffs: Sequence[int], joined_idcg: bool):
+    top = max(cutoffs)
+
+    def discounted(gain: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        # as `_discounted` computes it in SQL: gain / log2(pos + 1), log2 as Spark's ln(x) / ln(2)
+        return fixed_np(gain / (np.log(pos + 1.0) / math.log(2.0)))
+
+    def dcg(rows: np.ndarray, pos: np.ndarray, terms: np.ndarray, n: int) -> dict[int, np.ndarray]:
+        # sums of fixed-point terms (< 2^53 in total): exact in float64
+        return {k: np.bincount(rows, weights=np.where(pos <= k, terms, 0), minlength=n).astype(np.int64)
+                for k in cutoffs}
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            n = batch.num_rows
+            if n == 0:
+                continue
+            docs = batch.column("docs")
+            lens = pc.list_value_length(docs).to_numpy().astype(np.int64)
+            start = np.concatenate([[0], np.cumsum(lens)[:-1]])
+            rows = np.repeat(np.arange(n), lens)
+            flat = docs.flatten()
+            rank = flat.field("rank").to_numpy(zero_copy_only=False)
+            grade = flat.field("grade")
+            unjudged = grade.is_null().to_numpy(zero_copy_only=False)
+            negative = (pc.fill_null(grade, 0).to_numpy(zero_copy_only=False) < 0) & ~unjudged
+            gain = flat.field("gain").to_numpy(zero_copy_only=False)
+            counts = {"negative_grades": np.bincount(rows, weights=negative, minlength=n).astype(np.int64),
+                      "unjudged_docs": np.bincount(rows, weights=unjudged, minlength=n).astype(np.int64)}
+            if joined_idcg:
+                idcg = {k: pc.fill_null(batch.column(f"idcg_{k}"), 0).to_numpy().astype(np.int64) for k in cutoffs}
+            else:
+                ideal = np.lexsort((-gain, rows))
+                pos = np.arange(len(rows)) - start[rows[ideal]] + 1
+                idcg = dcg(rows[ideal], pos, discounted(gain[ideal], pos), n)
+            # IDCG = 0 iff no judged document has a positive gain (the ideal order puts the best one first)
+            idcg_zero = idcg[top] <= 0
+            for i, model in enumerate(models):
+                score = flat.field(_score_col(i))
+                unscored = score.is_null().to_numpy(zero_copy_only=False)
+                value = pc.fill_null(score, 0.0).to_numpy(zero_copy_only=False)
+                # ORDER BY score DESC NULLS LAST, rank: NaN sorts above every number, as in Spark
+                desc = np.where(np.isnan(value), -np.inf, -value)
+                order = np.lexsort((rank, desc, unscored, rows))
+                pos = np.arange(len(rows)) - start[rows[order]] + 1
+                sums = dcg(rows[order], pos, discounted(gain[order], pos), n)
+                out = {"model": pa.repeat(model, n), **{c: batch.column(c) for c in
+                                                        ("dataset", "split", "session_id", "serp_id")},
+                       "n_labelled": pa.array((~idcg_zero).astype(np.int64))}
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    for k in cutoffs:
+                        ratio = sums[k].astype(np.float64) / idcg[k].astype(np.float64)
+                        out[f"ndcg_{k}"] = pa.array(np.where(idcg_zero, 0, fixed_np(np.where(idcg_zero, 0.0, ratio))))
+                out["excluded_idcg0"] = pa.array(idcg_zero.astype(np.int64))
+                out.update({c: pa.array(v) for c, v in counts.items()})
+                out["unscored_docs"] = pa.array(np.bincount(rows, weights=unscored, minlength=n).astype(np.int64))
+                yield pa.RecordBatch.from_pydict(out)
+
+    return run
 
 
 def metric_replicates(sums: dict[str, np.ndarray], cutoffs: Sequence[int], scale: float) -> dict[tuple[str, int], np.ndarray]:

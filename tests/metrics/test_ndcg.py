@@ -14,13 +14,19 @@ def _predictions_for(serps, model):
             for d, sp, _, serp_id, _, docs, clicks in serps for t, c in enumerate(clicks)]
 
 
-def _ndcg(spark, serps, labels, scores, opts, model="m"):
+def _ndcg_models(spark, serps, labels, scores, opts, models):
+    """{model: {(metric, cutoff): metric row}} of one compute_metrics call ranking with every model."""
     rows = compute_metrics(
-        spark.createDataFrame(_predictions_for(serps, model), PREDICTIONS_SCHEMA).transform(per_serp),
+        spark.createDataFrame([p for m in models for p in _predictions_for(serps, m)],
+                              PREDICTIONS_SCHEMA).transform(per_serp),
         spark.createDataFrame(serps, SERPS_SCHEMA),
         spark.createDataFrame(labels, LABELS_SCHEMA),
-        spark.createDataFrame(scores, SCORES_SCHEMA), [model], opts)
-    return {(r["metric"], r["cutoff"]): r for r in rows}
+        spark.createDataFrame(scores, SCORES_SCHEMA), list(models), opts)
+    return {m: {(r["metric"], r["cutoff"]): r for r in rows if r["model"] == m} for m in models}
+
+
+def _ndcg(spark, serps, labels, scores, opts, model="m"):
+    return _ndcg_models(spark, serps, labels, scores, opts, [model])[model]
 
 
 # the worked example: grades 3,2,3,0,1,2 in returned order; equal scores keep that order
@@ -77,3 +83,56 @@ def test_equals_sklearn_on_random_lists_with_ties_and_negative_grades(spark):
         assert got[("NDCG", k)]["n"] == len(values)
     assert got[("ndcg_excluded_idcg0", None)]["value"] == excluded
     assert got[("ndcg_negative_grades", None)]["value"] == negatives
+
+
+def _oracle_ndcg(docs, grades, scores, cutoffs, ideal_gains):
+    """NDCG@k of one list by the DESIGN §5 definition: documents ordered by score (unscored last), ties
+    by original rank; unjudged documents (grade None) gain 0; IDCG over ``ideal_gains``."""
+    order = sorted(range(len(docs)), key=lambda i: (scores[i] is None, -(scores[i] or 0.0), i))
+    gains = [2.0 ** max(grades[i], 0) - 1 if grades[i] is not None else 0.0 for i in order]
+    ideal = sorted(ideal_gains, reverse=True)
+    dcg = {k: sum(g / np.log2(p + 2) for p, g in enumerate(gains[:k])) for k in cutoffs}
+    idcg = {k: sum(g / np.log2(p + 2) for p, g in enumerate(ideal[:k])) for k in cutoffs}
+    return None if idcg[max(cutoffs)] <= 0 else {k: dcg[k] / idcg[k] for k in cutoffs}
+
+
+@pytest.mark.parametrize("ideal", ["serp", "query"])
+def test_two_models_with_unscored_and_unjudged_docs_equal_a_brute_force_oracle(spark, ideal):
+    rng = np.random.default_rng(11)
+    cutoffs, models = (1, 3, 5, 10), ("a", "b")
+    serps, labels, scores = [], [], []
+    lists = []  # (query, docs, grades, {model: scores})
+    for s in range(30):
+        n, q = int(rng.integers(1, 11)), f"q{s % 6}"
+        docs = [f"d{int(x)}" for x in rng.choice(25, size=n, replace=False)]
+        grades = [int(g) if rng.uniform() < 0.7 else None for g in rng.integers(-1, 5, size=n)]
+        if all(g is None for g in grades):
+            grades[0] = int(rng.integers(0, 5))
+        serps.append(("d", "test", f"sess{s // 3}", f"serp{s}", q, docs, [0] * n))
+        labels += [("d", q, doc, g, f"serp{s}", i + 1, f"sess{s // 3}")
+                   for i, (doc, g) in enumerate(zip(docs, grades)) if g is not None]
+        lists.append((q, docs, grades))
+    # one score per (model, query, doc), a fifth of them missing: those documents rank last
+    pairs = sorted({(q, doc) for q, docs, _ in lists for doc in docs})
+    known = {m: {p: float(np.round(rng.uniform(), 1)) for p in pairs if rng.uniform() < 0.8} for m in models}
+    scores = [(m, q, doc, x) for m in models for (q, doc), x in known[m].items()]
+    pool: dict[tuple[str, str], int] = {}
+    for _, q, doc, g, *_ in labels:
+        pool[(q, doc)] = max(g, pool.get((q, doc), g))
+
+    got = _ndcg_models(spark, serps, labels, scores, MetricOptions(replicates=5, ndcg_ideal=ideal), models)
+    for m in models:
+        values, unscored = [], 0
+        for q, docs, grades in lists:
+            ideal_gains = ([2.0 ** max(g, 0) - 1 for (pq, _), g in pool.items() if pq == q] if ideal == "query"
+                           else [2.0 ** max(g, 0) - 1 if g is not None else 0.0 for g in grades])
+            v = _oracle_ndcg(docs, grades, [known[m].get((q, doc)) for doc in docs], cutoffs, ideal_gains)
+            unscored += sum((q, doc) not in known[m] for doc in docs)
+            if v is not None:
+                values.append(v)
+        for k in cutoffs:
+            assert got[m][("NDCG", k)]["value"] == pytest.approx(np.mean([v[k] for v in values]), abs=1e-9)
+            assert got[m][("NDCG", k)]["n"] == len(values)
+        assert got[m][("ndcg_unscored_docs", None)]["value"] == unscored
+        assert got[m][("ndcg_unjudged_docs", None)]["value"] == sum(g is None for *_, gs in lists for g in gs)
+        assert got[m][("ndcg_negative_grades", None)]["value"] == sum(g == -1 for *_, gs in lists for g in gs)
