@@ -72,6 +72,8 @@ def main(argv=None) -> int:
             "train_serps": int(counts["serps_train"]), "valid_serps": int(counts["serps_valid"]),
             "ingest_s": ingest_s, "fit_stage_s": fit_s,
             "passes": len(history) - 1, "em_pass_s": [s for _, _, s in history[1:]],
+            # the stopping rule (fit.tol) ended the fit before the cap on passes
+            "iterations_cap": args.iterations, "converged": len(history) - 1 < args.iterations,
             "train_ll_per_serp": history[-1][1], "peak_rss_gb": rss.peak / 2**30,
             "packed_rows": distinct_rows(ctx.serps(("train",)), cfg.fit.max_rank),
         }
@@ -80,6 +82,7 @@ def main(argv=None) -> int:
     (Path(args.workdir) / "fit_scale.json").write_text(json.dumps(out, indent=1))
     print(f"{args.model}: {out['train_serps']:,} train SERPs ({out['packed_rows']:,} packed rows), "
           f"{out['valid_serps']:,} valid; fit stage {fit_s:.1f} s, {out['passes']} passes "
+          f"({'converged under fit.tol' if out['converged'] else 'stopped at the cap'}) "
           f"(EM passes {sum(out['em_pass_s']):.1f} s, {sum(out['em_pass_s']) / max(1, out['passes']):.2f} s each), "
           f"peak RSS {out['peak_rss_gb']:.1f} GiB; ingest {ingest_s:.1f} s")
     return 0
