@@ -52,31 +52,32 @@ def graded_docs(serps: DataFrame, labels: DataFrame, max_rank: int, gain: str) -
     - pooled (no serp_id, no session): every SERP of the query.
     """
     tied_rows = labels.where(F.col("serp_id").isNotNull())
-    tied = tied_rows.groupBy("dataset", "serp_id", "doc_id").agg(F.max("relevance").alias("tied_grade"))
+    # a doc graded twice keeps its best grade; each SERP's (query's) grades as one doc -> grade map
+    tied = (tied_rows.groupBy("dataset", "serp_id", "doc_id").agg(F.max("relevance").alias("grade"))
+            .groupBy("dataset", "serp_id").agg(F.map_from_entries(F.collect_list(F.struct("doc_id", "grade")))
+                                               .alias("_tied")))
     pooled = (labels.where(F.col("serp_id").isNull() & F.col("session_id").isNull())
-              .groupBy("dataset", "query_id", "doc_id").agg(F.max("relevance").alias("pooled_grade")))
-    # only SERPs a label can reach are exploded: a SERP with a tied label, or of a query with
-    # pooled labels (in TianGong-ST ~1% of the log; exploding every SERP first cost 10x the rows)
-    tied_serps = tied.select("dataset", "serp_id", F.lit(True).alias("_tied")).distinct()
-    pooled_queries = pooled.select("dataset", "query_id", F.lit(True).alias("_pooled")).distinct()
+              .groupBy("dataset", "query_id", "doc_id").agg(F.max("relevance").alias("grade"))
+              .groupBy("dataset", "query_id").agg(F.map_from_entries(F.collect_list(F.struct("doc_id", "grade")))
+                                                  .alias("_pooled")))
+    # only SERPs a label can reach are kept: a SERP with a tied label, or of a query with pooled
+    # labels (in TianGong-ST ~1% of the log); their docs are graded by map lookups, and a list is
+    # labelled when one of its first max_rank docs has a grade (no explode, join or window per doc)
+    grades = F.transform("doc_ids", lambda d: F.coalesce(F.try_element_at("_tied", d), F.try_element_at("_pooled", d)))
     candidates = (
-        serps.join(tied_serps, on=["dataset", "serp_id"], how="left")
-        .join(pooled_queries, on=["dataset", "query_id"], how="left")
-        .where(F.col("_tied") | F.col("_pooled"))
+        serps.select("dataset", "split", "session_id", "serp_id", "query_id",
+                     F.slice("doc_ids", 1, max_rank).alias("doc_ids"))
+        .join(tied, on=["dataset", "serp_id"], how="left")
+        .join(pooled, on=["dataset", "query_id"], how="left")
+        .where(F.col("_tied").isNotNull() | F.col("_pooled").isNotNull())
+        .select("dataset", "split", "session_id", "serp_id", "query_id", "doc_ids", grades.alias("grades"))
+        .where(F.exists("grades", lambda g: g.isNotNull()))
     )
-    shown = candidates.select(
+    on_log = candidates.select(
         "dataset", "split", "session_id", "serp_id", "query_id",
-        F.posexplode("doc_ids").alias("pos", "doc_id"),
-    ).where(F.col("pos") < max_rank).select(
-        "dataset", "split", "session_id", "serp_id", "query_id", "doc_id", (F.col("pos") + 1).alias("rank"))
-    per_serp = Window.partitionBy("dataset", "serp_id")
-    on_log = (
-        shown.join(tied, on=["dataset", "serp_id", "doc_id"], how="left")
-        .join(pooled, on=["dataset", "query_id", "doc_id"], how="left")
-        .withColumn("grade", F.coalesce("tied_grade", "pooled_grade"))
-        .withColumn("labelled", F.max(F.col("grade").isNotNull().cast("int")).over(per_serp))
-        .where(F.col("labelled") == 1)
-    )
+        F.posexplode(F.arrays_zip("doc_ids", "grades")).alias("pos", "doc"),
+    ).select("dataset", "split", "session_id", "serp_id", "query_id", F.col("doc.doc_ids").alias("doc_id"),
+             (F.col("pos") + 1).alias("rank"), F.col("doc.grades").alias("grade"))
     session_split = serps.select("dataset", "session_id", "split").distinct()
     own_lists = (
         tied_rows.join(serps.select("dataset", "serp_id"), on=["dataset", "serp_id"], how="left_anti")

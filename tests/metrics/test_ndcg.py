@@ -136,3 +136,25 @@ def test_two_models_with_unscored_and_unjudged_docs_equal_a_brute_force_oracle(s
         assert got[m][("ndcg_unscored_docs", None)]["value"] == unscored
         assert got[m][("ndcg_unjudged_docs", None)]["value"] == sum(g is None for *_, gs in lists for g in gs)
         assert got[m][("ndcg_negative_grades", None)]["value"] == sum(g == -1 for *_, gs in lists for g in gs)
+
+
+def test_pooled_labels_grade_every_serp_of_their_query_and_tied_labels_take_precedence(spark):
+    serps = [("d", "test", "sess1", "s1", "q", ["a", "b", "c"], [0] * 3),
+             ("d", "test", "sess2", "s2", "q", ["c", "a", "d"], [0] * 3),
+             ("d", "test", "sess3", "s3", "r", ["x", "y"], [0] * 2)]       # no label reaches it
+    labels = [("d", "q", "a", 2, None, None, None), ("d", "q", "a", 3, None, None, None),  # best grade kept
+              ("d", "q", "c", 1, None, None, None),
+              ("d", "q", "c", 0, "s2", 1, "sess2"), ("d", "q", "d", 4, "s2", 3, "sess2")]  # s2's own grades
+    score = {"a": 0.9, "b": 0.5, "c": 0.7, "d": 0.1, "x": 0.3, "y": 0.2}
+    scores = [("m", q, doc, score[doc]) for q, docs in (("q", "abcd"), ("r", "xy")) for doc in docs]
+    got = _ndcg(spark, serps, labels, scores, MetricOptions(replicates=5))
+    graded = {"s1": [3, None, 1], "s2": [0, 3, 4]}
+    expected = [_oracle_ndcg(docs, graded[serp], [score[d] for d in docs], (1, 3, 5, 10),
+                             [2.0 ** g - 1 for g in graded[serp] if g is not None])
+                for _, _, _, serp, _, docs, _ in serps[:2]]
+    for k in (1, 3):
+        assert got[("NDCG", k)]["value"] == pytest.approx(np.mean([e[k] for e in expected]), abs=1e-9)
+        assert got[("NDCG", k)]["n"] == 2
+    assert got[("ndcg_unjudged_docs", None)]["value"] == 1
+    # s2 by hand, ranked a (gain 7), c (tied grade 0, not the pooled 1), d (15): the oracle's inputs
+    assert expected[1][3] == pytest.approx((7 + 0 / np.log2(3) + 15 / 2) / (15 + 7 / np.log2(3)), abs=1e-12)
