@@ -266,6 +266,8 @@ def slope(results: list[dict], get) -> list[float]:
 
 def markdown(results: list[dict], args, started: str, scale: dict | None = None) -> str:
     width = "" if args.shuffle_width is None else f" --shuffle-width {args.shuffle_width:g}"
+    if args.fit_scale:
+        width += f" --fit-scale {args.fit_scale} --fit-scale-iterations {args.fit_scale_iterations}"
     lines = [f"Command: `.venv/bin/python -m benchmarks.run --sizes {args.sizes} --iterations {args.iterations}"
              f"{width}`",
              f"Date: {started}; machine: {os.cpu_count()} cores, "

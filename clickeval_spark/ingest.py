@@ -251,14 +251,15 @@ def _write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, datase
     # a split outside SPLITS is counted nowhere: the reconciliation below fails on it
     per_split = {split: n for split, n in serps_seen.get.items() if n}
     counts["serps_accepted"] = sum(per_split.values())
-    counts["serps_quarantined"] = quarantine_seen.get["serps"]
+    quarantined = quarantine_seen.get
+    counts["serps_quarantined"] = quarantined["serps"]
     for split, n in per_split.items():
         counts[f"serps_{split}"] = n
     if out.labels is not None:
         labels, labels_seen = _counted(out.labels, "labels", rows=F.lit(True), without_serp=F.col("serp_id").isNull())
         tables.replace_slice(labels, warehouse, "relevance_labels", {"dataset": dataset}, run_id,
                              out.label_log_dates)
-        counts["labels_quarantined"] = quarantine_seen.get["relevance_labels"]
+        counts["labels_quarantined"] = quarantined["relevance_labels"]
         counts["label_rows"], counts["label_rows_without_serp"] = labels_seen.get["rows"], labels_seen.get["without_serp"]
         # the labels' days as written (they may reach beyond this input's SERP days), against the SERPs written
         labels_written = tables.read_table(spark, warehouse, "relevance_labels").where(

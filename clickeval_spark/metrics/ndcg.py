@@ -61,8 +61,8 @@ def graded_docs(serps: DataFrame, labels: DataFrame, max_rank: int, gain: str) -
               .groupBy("dataset", "query_id").agg(F.map_from_entries(F.collect_list(F.struct("doc_id", "grade")))
                                                   .alias("_pooled")))
     # only SERPs a label can reach are kept: a SERP with a tied label, or of a query with pooled
-    # labels (in TianGong-ST ~1% of the log); their docs are graded by map lookups, and a list is
-    # labelled when one of its first max_rank docs has a grade (no explode, join or window per doc)
+    # labels (in TianGong-ST ~1% of the log). Their first max_rank docs are graded by map lookups and
+    # a list is labelled when one has a grade, before anything is exploded (no join or window per doc)
     grades = F.transform("doc_ids", lambda d: F.coalesce(F.try_element_at("_tied", d), F.try_element_at("_pooled", d)))
     candidates = (
         serps.select("dataset", "split", "session_id", "serp_id", "query_id",

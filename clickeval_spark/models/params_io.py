@@ -177,6 +177,12 @@ def wide_qd_rows(df: DataFrame, run_id: str, models: Mapping[str, ClickModel]) -
     )
 
 
+def fitted_qd_rows(df: DataFrame, run_id: str, fitted: Mapping[str, FittedModel]) -> DataFrame | None:
+    """`wide_qd_rows` of those ``fitted`` models that have qd parameters; None when none has (GCTR, RCTR)."""
+    ranked = {name: f.model for name, f in fitted.items() if f.model.qd_params}
+    return wide_qd_rows(df, run_id, ranked) if ranked else None
+
+
 def load_fitted(params: DataFrame, name: str, run_id: str, max_rank: int) -> FittedModel:
     """Model `name` of run `run_id` from model_params. A run or model never fitted, or a model name the
     code does not know, is a user error: one line saying what to run, not a traceback."""

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from clickeval_spark.context import StageContext
 from clickeval_spark.generation import generate
 from clickeval_spark.metrics import external
-from clickeval_spark.models.params_io import load_fitted, wide_qd_rows
+from clickeval_spark.models.params_io import fitted_qd_rows, load_fitted
 
 
 def run(ctx: StageContext) -> dict[str, int]:
@@ -28,8 +28,7 @@ def run(ctx: StageContext) -> dict[str, int]:
         # commit: the sampling is the cheap part
         with ctx.record("generate") as run:
             fitted = {name: load_fitted(params, name, ctx.run_id, ctx.cfg.fit.max_rank) for name in names}
-            ranked = {name: f.model for name, f in fitted.items() if f.model.qd_params}
-            qd = wide_qd_rows(params, ctx.run_id, ranked) if ranked else None
+            qd = fitted_qd_rows(params, ctx.run_id, fitted)
             parts = [generate(serps, fitted, samples=gcfg.samples, click_mode=mode, list_orders=gcfg.list_orders,
                               seed=gcfg.seed, qd=qd)
                      for mode in gcfg.click_modes]

@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from clickeval_spark.context import StageContext
 from clickeval_spark.metrics.click_prediction import observe_log_likelihood
-from clickeval_spark.models.params_io import load_fitted, wide_qd_rows
+from clickeval_spark.models.params_io import fitted_qd_rows, load_fitted
 from clickeval_spark.models.predict import predict_models, relevance_models
 
 
@@ -26,7 +26,7 @@ def run(ctx: StageContext) -> dict[str, dict[str, float]]:
     with ctx.record("predict") as run:
         fitted = {name: load_fitted(params, name, ctx.run_id, cfg.fit.max_rank) for name in names}
         ranked = tuple(name for name, f in fitted.items() if f.model.qd_params)
-        qd = wide_qd_rows(params, ctx.run_id, {name: fitted[name].model for name in ranked}) if ranked else None
+        qd = fitted_qd_rows(params, ctx.run_id, fitted)
         tag = F.lit(ctx.run_id).alias("run_id")
         # the LL per split is summed by the write's own tasks, not by re-reading what it wrote
         predictions, log_likelihoods = observe_log_likelihood(predict_models(serps, fitted, qd), names, splits)
