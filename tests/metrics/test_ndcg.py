@@ -101,7 +101,7 @@ def test_two_models_with_unscored_and_unjudged_docs_equal_a_brute_force_oracle(s
     rng = np.random.default_rng(11)
     cutoffs, models = (1, 3, 5, 10), ("a", "b")
     serps, labels, scores = [], [], []
-    lists = []  # (query, docs, grades, {model: scores})
+    lists = []  # (query, docs, grades)
     for s in range(30):
         n, q = int(rng.integers(1, 11)), f"q{s % 6}"
         docs = [f"d{int(x)}" for x in rng.choice(25, size=n, replace=False)]
