@@ -22,8 +22,8 @@ from pyspark.sql import functions as F
 from clickeval_spark import ingest
 from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.context import StageContext
-from clickeval_spark.metrics import bootstrap
-from clickeval_spark.metrics.evaluate import KEYS, MetricOptions, session_statistics
+from clickeval_spark.metrics import click_prediction
+from clickeval_spark.metrics.evaluate import MetricOptions, statistic_replicates
 from clickeval_spark.models.attach import attach_qd, truncate_serps, wide_cols, wide_prior
 from clickeval_spark.models.params_io import load_fitted, wide_qd_rows
 from clickeval_spark.models.predict import predict_models
@@ -86,17 +86,17 @@ def evaluate_steps(ctx: StageContext, out: list) -> None:
     ranked = sorted({r["model"] for r in scores.select("model").distinct().collect()})
     _twice("evaluate: read click_predictions", lambda: _noop(preds), out)
 
-    def stats(with_ndcg: bool):
-        return session_statistics(preds.select("model", "dataset", "split", "serp_id", "clicks", "p_click_cond",
-                                               "p_click"), ctx.serps(ecfg.splits), ctx.labels() if with_ndcg else None,
-                                  scores, ranked, opts)
-    _twice("evaluate: + per-session click statistics", lambda: _noop(stats(False)[0]), out)
-    _twice("evaluate: + NDCG per labelled SERP", lambda: _noop(stats(True)[0]), out)
-
-    def replicates() -> None:
-        s, cols = stats(True)
-        bootstrap.replicate_sums(s, KEYS, cols, opts.seed, opts.replicates).collect()
-    _twice(f"evaluate: + {opts.replicates} bootstrap replicates (collected sums)", replicates, out)
+    def replicates(with_ndcg: bool):
+        return statistic_replicates(preds.select("model", "dataset", "split", "serp_id", "clicks", "p_click_cond",
+                                                 "p_click"), ctx.serps(ecfg.splits), ctx.labels() if with_ndcg else None,
+                                    scores, ranked, opts)[0]
+    sessions = ctx.serps(ecfg.splits).select("dataset", "serp_id", "session_id")
+    _twice("evaluate: + per-SERP click statistics, joined to their sessions",
+           lambda: _noop(click_prediction.serp_session_stats(preds, sessions, opts.max_rank, opts.eps)), out)
+    _twice(f"evaluate: + their {opts.replicates} bootstrap replicates (collected sums)",
+           lambda: replicates(False).collect(), out)
+    _twice("evaluate: + NDCG per labelled SERP and its replicates (collected sums)",
+           lambda: replicates(True).collect(), out)
 
 
 def main(argv=None) -> int:

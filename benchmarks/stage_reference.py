@@ -16,9 +16,9 @@ checks that they compute what the stages compute.
   for every shown pair, to Parquet, and the LL per split.
 - `evaluate`: predictions, the SERPs' sessions, labels and relevance scores -> LL, PPL@t and
   total PPL (conditional and unconditional), NDCG@k, 95% intervals from a session-level
-  Poisson(1) bootstrap (`replicates` replicates; the package's `poisson_weights`, drawn from
-  a different 64-bit session hash than Spark's xxhash64, so intervals agree only up to
-  resampling noise) and the paired differences against a reference model.
+  Poisson(1) bootstrap (`replicates` replicates; the package's draws in numpy,
+  `numpy_poisson_weights`, from a different 64-bit session hash than Spark's xxhash64, so
+  intervals agree only up to resampling noise) and the paired differences against a reference model.
 
 Not done here, and done by the Spark stages: Delta's transaction log and its commit, the
 quarantine table's rows (counted here), the runs table, the reconciliation counts.
@@ -41,7 +41,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from clickeval_spark.config import SPLITS
-from clickeval_spark.metrics.bootstrap import percentile_interval, poisson_weights
+from clickeval_spark.metrics.bootstrap import numpy_poisson_weights, percentile_interval
 from clickeval_spark.metrics.evaluate import MetricOptions
 from clickeval_spark.models.attach import list_array, padded
 from clickeval_spark.models.base import ClickModel
@@ -291,7 +291,7 @@ def _replicate_sums(stats: np.ndarray, hashes: np.ndarray, replicates: int, chun
     """(replicates + 1, K): Σ_sessions w_r(session) · stats, session rows of `stats`, in bounded chunks."""
     out = np.zeros((replicates + 1, stats.shape[1]))
     for lo in range(0, len(stats), chunk):
-        w = poisson_weights(hashes[lo:lo + chunk].view(np.int64), replicates).astype(np.float64)
+        w = numpy_poisson_weights(hashes[lo:lo + chunk].view(np.int64), replicates).astype(np.float64)
         out += w.T @ stats[lo:lo + chunk]
     return out
 

@@ -3,7 +3,9 @@
 Every metric here is a smooth function of sums over sessions (log-likelihood sums,
 position counts, NDCG sums). So a replicate needs only Σ_s w_rs · stats_s with
 w_rs ~ Poisson(1) drawn from a seeded hash of (session, replicate): the SERPs of a
-session share a weight, and the draw is the same on any partitioning.
+session share a weight, and the draw is the same on any partitioning. Since the
+sums are exact, each SERP's row can be weighted on its own: no aggregation per
+session is needed (`replicate_partials`).
 
 Exactness: statistics travel as fixed-point integers (`to_fixed`), so every sum,
 in any order and over any number of partitions, is exact, and the metrics are
@@ -17,7 +19,8 @@ import math
 from typing import Iterator, Sequence
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -55,8 +58,20 @@ def poisson_weights(hashes: np.ndarray, replicates: int) -> np.ndarray:
     """(n sessions, replicates + 1) integer weights; column 0 is all ones (the point estimate).
 
     Weight r of a session is Poisson(1) by inverse CDF of a uniform from
-    splitmix64(hash + r * golden): a pure function of (seed, session, r).
+    splitmix64(hash + r * golden): a pure function of (seed, session, r). Drawn by a compiled
+    loop (`poisson_draws`; numba is imported where this runs, in the workers); the same
+    integers as `numpy_poisson_weights`.
     """
+    from clickeval_spark.metrics.poisson_draws import poisson_draws
+
+    h = np.ascontiguousarray(hashes.astype(np.int64).view(np.uint64).reshape(-1))
+    out = np.empty((len(h), replicates + 1), dtype=np.int64)
+    poisson_draws(h, _POISSON1_CDF, out)
+    return out
+
+
+def numpy_poisson_weights(hashes: np.ndarray, replicates: int) -> np.ndarray:
+    """`poisson_weights` in numpy: its test oracle, and what the single-process numpy reference draws."""
     h = hashes.astype(np.int64).view(np.uint64).reshape(-1, 1)
     r = np.arange(1, replicates + 1, dtype=np.uint64).reshape(1, -1)
     with np.errstate(over="ignore"):
@@ -81,36 +96,74 @@ def weighted_sums(weights: np.ndarray, stats: np.ndarray) -> np.ndarray:
     return hi_sum * (1 << _SPLIT_BITS) + lo_sum
 
 
-def replicate_sums(stats: DataFrame, keys: Sequence[str], stat_cols: Sequence[str],
-                   seed: int, replicates: int) -> DataFrame:
-    """Per key group and replicate 0..R: Σ_sessions weight · stat, as exact decimal(38,0) sums.
+def replicate_partials(stats: DataFrame, keys: Sequence[str], stat_cols: Sequence[str], seed: int,
+                       replicates: int, vector: str | None = None) -> DataFrame:
+    """keys..., replicate, stat columns (long): per Arrow batch and key group, Σ_rows weight · stat for
+    replicates 0..R; `replicate_total` adds them up.
 
-    `stats` has one row per (keys..., session_id) with long stat columns. Output:
-    keys..., replicate, stat columns — (R + 1) rows per key group, a global-size result.
+    `stats` has keys..., session_id and the statistics: long columns `stat_cols`, or with
+    ``vector`` one array<long> column holding them in that order. A session may have many rows
+    (one per SERP): they share its weights, and as the sums are exact integers, weighting each
+    row gives what weighting the session's summed row gives, so nothing is grouped per session.
     """
     keys, stat_cols = list(keys), list(stat_cols)
     schema = ", ".join([*(f"`{k}` string" for k in keys), "replicate int",
                         *(f"`{c}` long" for c in stat_cols)])
+    replicate = pa.array(np.arange(replicates + 1, dtype=np.int32))
+    width = len(stat_cols)
 
-    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        for pdf in batches:
-            if len(pdf) == 0:
+    def values_of(batch: pa.RecordBatch) -> np.ndarray:
+        if vector is None:
+            cols = [batch.column(c) for c in stat_cols]
+        else:
+            lists = batch.column(vector)
+            if not (pc.list_value_length(lists).to_numpy(zero_copy_only=False) == width).all():
+                raise ValueError(f"replicate_partials: a {vector} array without {width} elements")
+            cols = [lists.flatten()]
+        if any(c.null_count for c in cols):
+            raise ValueError("replicate_partials: a null statistic")
+        return np.column_stack([c.to_numpy() for c in cols]).reshape(batch.num_rows, width).astype(np.int64, copy=False)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows == 0:
                 continue
-            for key_values, group in pdf.groupby(keys, sort=False, dropna=False):
-                w = poisson_weights(group["_h"].to_numpy(), replicates)
-                sums = weighted_sums(w, group[stat_cols].to_numpy(dtype=np.int64))
-                out = pd.DataFrame(sums, columns=stat_cols)
-                for k, v in zip(keys, key_values if isinstance(key_values, tuple) else (key_values,)):
-                    out.insert(len(out.columns) - len(stat_cols), k, v)
-                out.insert(len(keys), "replicate", np.arange(replicates + 1, dtype=np.int32))
-                yield out
+            values, hashes = values_of(batch), batch.column("_h").to_numpy()
+            # one code per distinct key tuple (a null is a value of its own)
+            encoded = [pc.dictionary_encode(batch.column(k), null_encoding="encode") for k in keys]
+            code = np.zeros(batch.num_rows, dtype=np.int64)
+            for e in encoded:
+                code = code * len(e.dictionary) + e.indices.to_numpy(zero_copy_only=False)
+            _, first, group = np.unique(code, return_index=True, return_inverse=True)
+            for g, row in enumerate(first):
+                rows = np.flatnonzero(group == g)
+                sums = weighted_sums(poisson_weights(hashes[rows], replicates), values[rows])
+                yield pa.RecordBatch.from_arrays(
+                    [pa.repeat(e.dictionary[e.indices[row].as_py()] if e.indices[row].is_valid else None,
+                               replicates + 1).cast(pa.string()) for e in encoded]
+                    + [replicate] + [pa.array(sums[:, j]) for j in range(width)],
+                    names=[*keys, "replicate", *stat_cols])
 
-    return (
-        stats.select(*keys, session_hash(seed).alias("_h"), *stat_cols)
-        .mapInPandas(run, schema)
-        .groupBy(*keys, "replicate")
-        .agg(*[F.sum(F.col(c).cast("decimal(38,0)")).alias(c) for c in stat_cols])
-    )
+    return (stats.select(*keys, session_hash(seed).alias("_h"), *([vector] if vector else stat_cols))
+            .mapInArrow(run, schema))
+
+
+def replicate_total(partials: Sequence[DataFrame], keys: Sequence[str], stat_cols: Sequence[str]) -> DataFrame:
+    """Per key group and replicate 0..R: the `replicate_partials` summed, as exact decimal(38,0) sums; a
+    statistic that none of a group's partials has is 0. A global-size result: (R + 1) rows per group."""
+    union = partials[0]
+    for more in partials[1:]:
+        union = union.unionByName(more, allowMissingColumns=True)
+    return (union.groupBy(*keys, "replicate")
+            .agg(*[F.coalesce(F.sum(F.col(c).cast("decimal(38,0)")), F.lit(0).cast("decimal(38,0)")).alias(c)
+                   for c in stat_cols]))
+
+
+def replicate_sums(stats: DataFrame, keys: Sequence[str], stat_cols: Sequence[str], seed: int, replicates: int,
+                   vector: str | None = None) -> DataFrame:
+    """Per key group and replicate 0..R: Σ_sessions weight · stat, as exact decimal(38,0) sums
+    (`replicate_partials`, then `replicate_total`)."""
+    return replicate_total([replicate_partials(stats, keys, stat_cols, seed, replicates, vector)], keys, stat_cols)
 
 
 def percentile_interval(replicate_values: np.ndarray, confidence: float) -> tuple[float | None, float | None]:

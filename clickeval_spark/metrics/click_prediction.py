@@ -80,12 +80,13 @@ def log_terms(click: np.ndarray, p: np.ndarray, mask: np.ndarray, eps: float) ->
     return clipped_n, np.where(mask, fixed_np(np.where(click, np.log(q), np.log(1.0 - q))), 0)
 
 
-def _serp_stats_fn(max_rank: int, eps: float, keys: list[str]):
+def _serp_stats_fn(max_rank: int, eps: float, keys: list[str], stats: int):
     M = max_rank
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            if batch.num_rows == 0:
+            n = batch.num_rows
+            if n == 0:
                 continue
             # ranks beyond max_rank are not scored
             lists = {c: pc.list_slice(batch.column(c), 0, M) for c in PREDICTED}
@@ -95,64 +96,49 @@ def _serp_stats_fn(max_rank: int, eps: float, keys: list[str]):
                     raise ValueError(f"click_predictions rows whose {c} and p_click_cond have different lengths")
             mask = np.arange(M)[None, :] < lens[:, None]
             click = padded(lists["clicks"], mask, np.int64, 0) == 1
-            out = {k: batch.column(k) for k in keys}
-            terms = {}
-            for name, col in (("cond", "p_click_cond"), ("uncond", "p_click")):
-                n_clipped, terms[name] = log_terms(click, padded(lists[col], mask, np.float64, 0.5), mask, eps)
-                out[f"clipped_{name}"] = pa.array(n_clipped)
-            for t in range(M):
-                out[f"n_{t + 1}"] = pa.array(mask[:, t].astype(np.int64))
-                out[f"ln_cond_{t + 1}"] = pa.array(terms["cond"][:, t])
-                out[f"ln_uncond_{t + 1}"] = pa.array(terms["uncond"][:, t])
-            yield pa.RecordBatch.from_pydict(out)
+            # the columns of stat_columns(M): n_serps, clipped_cond, clipped_uncond, then (n_t, ln_cond_t,
+            # ln_uncond_t) for each rank t
+            out = np.empty((n, 3 + 3 * M), dtype=np.int64)
+            out[:, 0] = mask[:, 0]
+            out[:, 3::3] = mask
+            for i, col in enumerate(("p_click_cond", "p_click")):
+                out[:, 1 + i], out[:, 4 + i::3] = log_terms(click, padded(lists[col], mask, np.float64, 0.5), mask, eps)
+            vectors = pa.ListArray.from_arrays(pa.array(np.arange(0, (n + 1) * stats, stats, dtype=np.int32)),
+                                               pa.array(out.reshape(-1)))
+            yield pa.RecordBatch.from_arrays([batch.column(k) for k in keys] + [vectors], names=[*keys, "stats"])
 
     return run
 
 
 def serp_stats(predictions: DataFrame, max_rank: int, eps: float) -> DataFrame:
-    """KEYS, serp_id + stat_columns(max_rank) but n_serps, one row per SERP, straight from the arrays
-    (no explode), in one vectorised pass per Arrow batch (``mapInArrow``; as Spark SQL expressions,
-    30 per row, it cost 27 s at 3M rows): the rank-t columns read element t. Log terms are
-    fixed-point longs, rounded as `bootstrap.to_fixed` rounds."""
+    """KEYS, serp_id, stats: one row per SERP, its statistics as one array<long> in the order of
+    `stat_columns(max_rank)` (n_serps = 1 when the SERP has a rank 1), straight from the arrays (no
+    explode), in one vectorised pass per Arrow batch (``mapInArrow``; as Spark SQL expressions, 30
+    per row, it cost 27 s at 3M rows): the rank-t columns read element t. Log terms are fixed-point
+    longs, rounded as `bootstrap.to_fixed` rounds.
+
+    One array, not 33 columns: the rows are only moved on (joined to their sessions) and read
+    again in Python (`bootstrap.replicate_partials`), and Spark moves one array column at a fraction
+    of the cost of 33 long columns."""
     keys = [*KEYS, "serp_id"]
-    stats = [c for c in stat_columns(max_rank) if c != "n_serps"]
     schema = T.StructType([predictions.schema[k] for k in keys]
-                          + [T.StructField(c, T.LongType(), False) for c in stats])
+                          + [T.StructField("stats", T.ArrayType(T.LongType(), False), False)])
     return (
         predictions.select(*keys, *PREDICTED)
-        .mapInArrow(_serp_stats_fn(max_rank, eps, keys), schema)
-        .select(*keys, *stats)
+        .mapInArrow(_serp_stats_fn(max_rank, eps, keys, len(stat_columns(max_rank))), schema)
+        .select(*keys, "stats")
     )
 
 
 def serp_session_stats(predictions: DataFrame, sessions: DataFrame, max_rank: int, eps: float) -> DataFrame:
-    """model, dataset, split, session_id + stat_columns(max_rank), one row per SERP with its session
-    (n_serps = 1): `session_stats` before its sum, for callers that add other per-SERP rows first.
+    """model, dataset, split, session_id, stats (`serp_stats`' array): one row per SERP, with its session.
 
-    The sessions (one narrow row per SERP) are the hashed side of the join, so the wide statistics
-    are not sorted (a sort-merge join cost 2.3 s more at 3M prediction rows)."""
-    summed = [c for c in stat_columns(max_rank) if c != "n_serps"]
+    The sessions (one narrow row per SERP) are the hashed side of the join, so the statistics are
+    not sorted (a sort-merge join cost 2.3 s more at 3M prediction rows)."""
     return (
         serp_stats(predictions, max_rank, eps)
         .join(sessions.hint("shuffle_hash"), on=["dataset", "serp_id"], how="inner")
-        .select(*KEYS, "session_id", F.col("n_1").alias("n_serps"), *summed)
-    )
-
-
-def session_stats(predictions: DataFrame, sessions: DataFrame, max_rank: int, eps: float) -> DataFrame:
-    """model, dataset, split, session_id + stat_columns(max_rank), one row per session.
-
-    `predictions`: the click_predictions contract (model, dataset, split, serp_id, clicks,
-    p_click_cond, p_click: one row per SERP); `sessions`: dataset, serp_id, session_id.
-    Log terms are stored as fixed-point longs (exact, order-free sums). A SERP is counted
-    at its rank 1.
-    """
-    cols = stat_columns(max_rank)
-    return (
-        serp_session_stats(predictions, sessions, max_rank, eps)
-        .groupBy(*KEYS, "session_id")
-        .agg(*[F.sum(c).alias(c) for c in cols])
-        .select(*KEYS, "session_id", *cols)
+        .select(*KEYS, "session_id", "stats")
     )
 
 

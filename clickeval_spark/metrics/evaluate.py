@@ -1,9 +1,10 @@
-"""The evaluate stage's computation: per-session statistics → bootstrap sums → metric rows.
+"""The evaluate stage's computation: per-SERP statistics → bootstrap sums → metric rows.
 
-Spark does all per-row and per-session work (one aggregation pass for the click
-statistics, window functions for NDCG, one vectorised pass for the replicates);
-the driver receives (models × splits × (replicates + 1)) rows of sums and turns
-them into metrics with intervals. Nothing per SERP reaches the driver.
+Spark does all per-row work: a vectorised pass over the prediction arrays for the click
+statistics, one over each labelled SERP's documents for NDCG, and one that weighs every
+row with its session's replicate weights; the driver receives (models × splits ×
+(replicates + 1)) rows of sums and turns them into metrics with intervals. Nothing per
+SERP reaches the driver.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import Iterable, Sequence
 
 import numpy as np
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from clickeval_spark.metrics import bootstrap, click_prediction, ndcg
 from clickeval_spark.tables import METRICS
@@ -46,29 +46,28 @@ class MetricOptions:
                    ndcg_gain=ecfg.ndcg_gain, ndcg_ideal=ecfg.ndcg_ideal)
 
 
-def session_statistics(predictions: DataFrame, serps: DataFrame, labels: DataFrame | None,
-                       scores: DataFrame | None, ndcg_models: Sequence[str], opts: MetricOptions) -> tuple[DataFrame, list[str]]:
-    """One row per (model, dataset, split, session) with every additive statistic, and their names."""
+def statistic_replicates(predictions: DataFrame, serps: DataFrame, labels: DataFrame | None,
+                         scores: DataFrame | None, ndcg_models: Sequence[str],
+                         opts: MetricOptions) -> tuple[DataFrame, list[str]]:
+    """Per (model, dataset, split) and replicate 0..R, every additive statistic summed with its sessions'
+    bootstrap weights (`bootstrap.replicate_total`'s rows), and the statistics' names.
+
+    The click statistics (a row per (model, SERP)) and NDCG (a row per (model, labelled SERP)) are
+    weighted apart, each SERP with its session's weights, and meet only as replicate sums."""
     click_cols = click_prediction.stat_columns(opts.max_rank)
     sessions = serps.select("dataset", "serp_id", "session_id")
-    if labels is None or scores is None or not ndcg_models:
-        return click_prediction.session_stats(predictions, sessions, opts.max_rank, opts.eps), click_cols
-    ndcg_cols = ndcg.stat_columns(opts.ndcg_cutoffs)
-    graded = ndcg.graded_docs(serps, labels, opts.max_rank, opts.ndcg_gain)
-    idcg = (ndcg.query_ideal_dcg(graded, labels, opts.ndcg_cutoffs, opts.ndcg_gain)
-            if opts.ndcg_ideal == "query" else None)
-    labelled = ndcg.serp_ndcg(graded, scores, ndcg_models, opts.ndcg_cutoffs, idcg)
     clicks = click_prediction.serp_session_stats(predictions, sessions, opts.max_rank, opts.eps)
-    # both sides one row per SERP: one aggregation per session for all statistics
-    zero = F.lit(0).cast("long")
-    all_cols = click_cols + ndcg_cols
-    combined = (
-        clicks.select(*KEYS, "session_id", *click_cols, *[zero.alias(c) for c in ndcg_cols])
-        .unionByName(labelled.select(*KEYS, "session_id", *[zero.alias(c) for c in click_cols], *ndcg_cols))
-        .groupBy(*KEYS, "session_id")
-        .agg(*[F.sum(c).alias(c) for c in all_cols])
-    )
-    return combined, all_cols
+    parts = [bootstrap.replicate_partials(clicks, KEYS, click_cols, opts.seed, opts.replicates, vector="stats")]
+    cols = list(click_cols)
+    if labels is not None and scores is not None and ndcg_models:
+        ndcg_cols = ndcg.stat_columns(opts.ndcg_cutoffs)
+        graded = ndcg.graded_docs(serps, labels, opts.max_rank, opts.ndcg_gain)
+        idcg = (ndcg.query_ideal_dcg(graded, labels, opts.ndcg_cutoffs, opts.ndcg_gain)
+                if opts.ndcg_ideal == "query" else None)
+        labelled = ndcg.serp_ndcg(graded, scores, ndcg_models, opts.ndcg_cutoffs, idcg)
+        parts.append(bootstrap.replicate_partials(labelled, KEYS, ndcg_cols, opts.seed, opts.replicates))
+        cols += ndcg_cols
+    return bootstrap.replicate_total(parts, KEYS, cols), cols
 
 
 def _replicate_arrays(rows: Iterable, stat_cols: Sequence[str], replicates: int) -> dict[tuple, dict[str, np.ndarray]]:
@@ -139,8 +138,7 @@ def paired_difference_rows(per_group: dict, groups: dict, reference: str, confid
 def compute_metrics(predictions: DataFrame, serps: DataFrame, labels: DataFrame | None,
                     scores: DataFrame | None, ndcg_models: Sequence[str], opts: MetricOptions,
                     reference_model: str | None = None) -> list[dict]:
-    stats, cols = session_statistics(predictions, serps, labels, scores, ndcg_models, opts)
-    sums = bootstrap.replicate_sums(stats, KEYS, cols, opts.seed, opts.replicates)
+    sums, cols = statistic_replicates(predictions, serps, labels, scores, ndcg_models, opts)
     return metric_rows(sums, cols, opts, reference_model)
 
 

@@ -83,6 +83,51 @@ def test_weights_are_poisson_one_and_pure_functions_of_the_hash():
     assert (bootstrap.poisson_weights(hashes[7:9], 40) == w[7:9]).all()
 
 
+def test_compiled_weights_are_the_numpy_draws():
+    """The compiled draws (`poisson_weights`) against the numpy ones, integer for integer, past the
+    eight CDF entries the compiled loop reads without branching."""
+    rng = np.random.default_rng(3)
+    hashes = np.r_[rng.integers(-2**63, 2**63 - 1, size=100_000, dtype=np.int64),
+                   np.array([0, -1, 1, 2**63 - 1, -2**63], dtype=np.int64)]
+    w = bootstrap.poisson_weights(hashes, 200)
+    assert np.array_equal(w, bootstrap.numpy_poisson_weights(hashes, 200))
+    assert w.max() >= 9 and w.dtype == np.int64
+
+
+def test_a_sessions_rows_weigh_as_their_sum(spark):
+    """`replicate_sums` over one row per SERP, over one summed row per session, and over the SERP rows'
+    statistics as one array column: the same exact sums, and those of a numpy oracle
+    (weights.T @ statistics per key group, in Python integers)."""
+    from pyspark.sql import functions as F
+
+    rng = np.random.default_rng(11)
+    cols, R, seed, keys = ["a", "b", "c"], 30, 99, ["model", "dataset", "split"]
+    rows = []
+    for i in range(60):
+        split = ("train", "test")[i % 2]
+        for model in ("m1", "m2"):
+            for _ in range(int(rng.integers(1, 5))):
+                rows.append((model, "d", split, f"s{i}", *[int(v) for v in rng.integers(-2**40, 2**40, 3)]))
+    serp_rows = pd.DataFrame(rows, columns=[*keys, "session_id", *cols])
+    schema = "model string, dataset string, split string, session_id string, a long, b long, c long"
+    per_serp = spark.createDataFrame(serp_rows, schema)
+    per_session = spark.createDataFrame(serp_rows.groupby([*keys, "session_id"], as_index=False)[cols].sum(), schema)
+
+    def sums(df, vector=None):
+        got = bootstrap.replicate_sums(df, keys, cols, seed, R, vector).collect()
+        return {(r["model"], r["split"], r["replicate"]): tuple(int(r[c]) for c in cols) for r in got}
+
+    by_serp = sums(per_serp)
+    assert by_serp == sums(per_session)
+    assert by_serp == sums(per_serp.select(*keys, "session_id", F.array(*cols).alias("v")), vector="v")
+    hash_of = {r["session_id"]: r["h"] for r in
+               per_serp.select("session_id", bootstrap.session_hash(seed).alias("h")).distinct().collect()}
+    for (model, split), group in serp_rows.groupby(["model", "split"]):
+        w = bootstrap.numpy_poisson_weights(group["session_id"].map(hash_of).to_numpy(), R)
+        oracle = w.T.astype(object) @ group[cols].to_numpy().astype(object)
+        assert [by_serp[(model, split, r)] for r in range(R + 1)] == [tuple(row) for row in oracle]
+
+
 def test_weighted_sums_are_exact_for_large_integers():
     rng = np.random.default_rng(1)
     stats = rng.integers(-2**42, 2**42, size=(3000, 7), dtype=np.int64)

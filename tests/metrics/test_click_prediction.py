@@ -74,7 +74,7 @@ def test_intervals_are_the_session_bootstrap(spark, random_case):
     hash_of = {r["session_id"]: r["h"] for r in
                spark.createDataFrame([(s,) for s in sessions], "session_id string")
                .select("session_id", bootstrap.session_hash(opts.seed).alias("h")).collect()}
-    w = bootstrap.poisson_weights(np.array([hash_of[s] for s in sessions]), opts.replicates)
+    w = bootstrap.numpy_poisson_weights(np.array([hash_of[s] for s in sessions]), opts.replicates)
     idx = a["session"].map({s: i for i, s in enumerate(sessions)}).to_numpy()
     pc = np.clip(a["p_click_cond"].to_numpy(), EPS, 1 - EPS)
     c = a["click"].to_numpy()
@@ -124,11 +124,12 @@ def test_serp_stats_equal_spark_sql_to_the_last_fixed_point_unit(spark):
         cols.append(here.cast("long").alias(f"n_{t}"))
     for name, col in (("cond", "p_click_cond"), ("uncond", "p_click")):
         cols.append(F.size(F.filter(F.slice(col, 1, M), lambda p: p != clipped(p, eps))).cast("long").alias(f"clipped_{name}"))
-    stats = [c for c in stat_columns(M) if c != "n_serps"]
+    cols.append(F.least(n, F.lit(1)).cast("long").alias("n_serps"))
+    stats = stat_columns(M)
     expected = {r["serp_id"]: [r[c] for c in stats] for r in df.select("serp_id", *cols).collect()}
-    got = {r["serp_id"]: [r[c] for c in stats] for r in serp_stats(df, M, eps).collect()}
+    got = {r["serp_id"]: r["stats"] for r in serp_stats(df, M, eps).collect()}
     assert got == expected
-    assert got["s0"][:2] == [3, 2]       # 0.0, 1.0, 0.0005 clipped; of p_click 0.9995 and NaN, eps itself not
+    assert got["s0"][1:3] == [3, 2]      # 0.0, 1.0, 0.0005 clipped; of p_click 0.9995 and NaN, eps itself not
     assert got["s1"][stats.index("n_4")] == 1 and got["s2"][stats.index("n_1")] == 0
 
 
