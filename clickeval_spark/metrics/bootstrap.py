@@ -130,17 +130,17 @@ def replicate_partials(stats: DataFrame, keys: Sequence[str], stat_cols: Sequenc
                 continue
             values, hashes = values_of(batch), batch.column("_h").to_numpy()
             # one code per distinct key tuple (a null is a value of its own)
-            encoded = [pc.dictionary_encode(batch.column(k), null_encoding="encode") for k in keys]
             code = np.zeros(batch.num_rows, dtype=np.int64)
-            for e in encoded:
+            for k in keys:
+                e = pc.dictionary_encode(batch.column(k), null_encoding="encode")
                 code = code * len(e.dictionary) + e.indices.to_numpy(zero_copy_only=False)
             _, first, group = np.unique(code, return_index=True, return_inverse=True)
             for g, row in enumerate(first):
                 rows = np.flatnonzero(group == g)
                 sums = weighted_sums(poisson_weights(hashes[rows], replicates), values[rows])
+                at_row = pa.array(np.full(replicates + 1, row))   # the group's key values, from its first row
                 yield pa.RecordBatch.from_arrays(
-                    [pa.repeat(e.dictionary[e.indices[row].as_py()] if e.indices[row].is_valid else None,
-                               replicates + 1).cast(pa.string()) for e in encoded]
+                    [batch.column(k).take(at_row).cast(pa.string()) for k in keys]
                     + [replicate] + [pa.array(sums[:, j]) for j in range(width)],
                     names=[*keys, "replicate", *stat_cols])
 

@@ -80,7 +80,7 @@ def log_terms(click: np.ndarray, p: np.ndarray, mask: np.ndarray, eps: float) ->
     return clipped_n, np.where(mask, fixed_np(np.where(click, np.log(q), np.log(1.0 - q))), 0)
 
 
-def _serp_stats_fn(max_rank: int, eps: float, keys: list[str], stats: int):
+def _serp_stats_fn(max_rank: int, eps: float, keys: list[str]):
     M = max_rank
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -103,7 +103,8 @@ def _serp_stats_fn(max_rank: int, eps: float, keys: list[str], stats: int):
             out[:, 3::3] = mask
             for i, col in enumerate(("p_click_cond", "p_click")):
                 out[:, 1 + i], out[:, 4 + i::3] = log_terms(click, padded(lists[col], mask, np.float64, 0.5), mask, eps)
-            vectors = pa.ListArray.from_arrays(pa.array(np.arange(0, (n + 1) * stats, stats, dtype=np.int32)),
+            width = out.shape[1]
+            vectors = pa.ListArray.from_arrays(pa.array(np.arange(0, (n + 1) * width, width, dtype=np.int32)),
                                                pa.array(out.reshape(-1)))
             yield pa.RecordBatch.from_arrays([batch.column(k) for k in keys] + [vectors], names=[*keys, "stats"])
 
@@ -125,7 +126,7 @@ def serp_stats(predictions: DataFrame, max_rank: int, eps: float) -> DataFrame:
                           + [T.StructField("stats", T.ArrayType(T.LongType(), False), False)])
     return (
         predictions.select(*keys, *PREDICTED)
-        .mapInArrow(_serp_stats_fn(max_rank, eps, keys, len(stat_columns(max_rank))), schema)
+        .mapInArrow(_serp_stats_fn(max_rank, eps, keys), schema)
         .select(*keys, "stats")
     )
 
