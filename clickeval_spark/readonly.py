@@ -1,14 +1,23 @@
-"""Which SQL statements `clickeval sql` runs without `--allow-writes`: queries only.
+"""Which SQL statements `clickeval sql` runs without `--allow-writes`: queries of Spark's own functions.
 
 The statement is parsed by the session's own parser (Spark's, extended by Delta's), and the
 logical plan it gives is checked against a list of what is allowed, never the other way round:
 a statement kind not named here (DELETE, INSERT, MERGE, VACUUM, RESTORE, CALL, EXECUTE
 IMMEDIATE, SET, CACHE, a SELECT TRANSFORM that runs a script, ...) is refused. Parsing runs
 nothing; the refused statement never reaches `spark.sql`.
+
+A query can still run code of its own through a function: `reflect`/`java_method`/`try_reflect`
+call any static Java method, and a UDF (Python, Scala/Java, Hive, SQL) runs whatever it was
+given. So a query must call only Spark's built-in functions, and no Java reflection: checked by
+name on the parsed plan, then by expression class on the analyzed plan (which also holds views'
+definitions and names given by IDENTIFIER). Analysis resolves names, types and views; of built-in
+functions it runs nothing.
 """
 
 from __future__ import annotations
 
+from py4j.java_gateway import JavaObject
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
@@ -17,6 +26,7 @@ from clickeval_spark.errors import ClickevalError
 _LOGICAL = "org.apache.spark.sql.catalyst.plans.logical."
 _ANALYSIS = "org.apache.spark.sql.catalyst.analysis."
 _COMMAND = "org.apache.spark.sql.execution.command."
+_EXPRESSIONS = "org.apache.spark.sql.catalyst.expressions."
 
 # read-only statements that are commands: SHOW, DESCRIBE (incl. Delta's HISTORY and DETAIL), EXPLAIN
 # (which plans its statement without running it). What they name is not checked further.
@@ -43,6 +53,21 @@ QUERY_NODES = frozenset(
                                "RelationTimeTravel")]
 )
 
+# Spark's Java reflection functions (built-ins, but they call any static Java method)
+REFLECTION_FUNCTIONS = frozenset(["reflect", "java_method", "try_reflect"])
+REFLECTION_CLASSES = frozenset([_EXPRESSIONS + "CallMethodViaReflection", _EXPRESSIONS + "TryReflect"])
+# What a function that is not a built-in becomes in an analyzed plan. Every Python, Scala/Java and Hive UDF,
+# UDAF and UDTF expression implements UserDefinedExpression; SQL functions (CREATE FUNCTION ... RETURN) do
+# not, nor does the generator of a Scala function (Dataset.explode, in a view made from a DataFrame).
+USER_DEFINED = _EXPRESSIONS + "UserDefinedExpression"
+SQL_FUNCTIONS = frozenset(
+    [_ANALYSIS + n for n in ("SQLScalarFunction", "SQLFunctionExpression", "SQLTableFunction", "SQLFunctionNode")]
+    + [_LOGICAL + "SQLFunctionNode"]
+)
+SCALA_GENERATOR = _EXPRESSIONS + "UserDefinedGenerator"
+SCRIPT = _LOGICAL + "ScriptTransformation"
+_BUILTIN_QUALIFIERS = ((), ("builtin",), ("system", "builtin"))
+
 
 def parse_plan(spark: SparkSession, statement: str):
     """The unresolved logical plan of one statement (a Java object); a syntax error is one line."""
@@ -61,12 +86,135 @@ def _nodes(plan):
             yield from _nodes(seq.apply(i))
 
 
+class _Trees:
+    """Every plan node and expression reachable from a plan, through every field of every node (Scala's
+    productIterator), not only children and `expressions`: those leave out, e.g., named windows
+    (`WINDOW w AS (...)`, a Map), subquery plans and the replacement of a RuntimeReplaceable."""
+
+    def __init__(self, spark: SparkSession):
+        jvm = spark._jvm
+        self._bases = [(kind, jvm.java.lang.Class.forName(name)) for kind, name in (
+            ("node", "org.apache.spark.sql.catalyst.trees.TreeNode"), ("seq", "scala.collection.Iterable"),
+            ("option", "scala.Option"))]
+        self._user_defined = jvm.java.lang.Class.forName(USER_DEFINED)
+        self._kinds: dict[str, tuple[str, bool]] = {}
+
+    def kind(self, obj) -> tuple[str, str, bool]:
+        """(class name, node | seq | option | tuple | other, whether it is a UserDefinedExpression)"""
+        cls = obj.getClass()
+        name = cls.getName()
+        if name not in self._kinds:
+            kind = next((k for k, base in self._bases if base.isAssignableFrom(cls)), None)
+            if kind is None:
+                kind = "tuple" if name.startswith("scala.Tuple") else "other"
+            self._kinds[name] = (kind, kind == "node" and self._user_defined.isAssignableFrom(cls))
+        return (name, *self._kinds[name])
+
+    def walk(self, root):
+        """(class name, node, is a UserDefinedExpression) of every tree node under root, root first."""
+        stack = [root]
+        while stack:
+            obj = stack.pop()
+            if not isinstance(obj, JavaObject):  # None, or a value py4j converted: str, int, bool
+                continue
+            name, kind, user_defined = self.kind(obj)
+            if kind == "node":
+                yield name, obj, user_defined
+            if kind in ("node", "tuple"):
+                fields = [obj.productElement(i) for i in range(obj.productArity())]
+            elif kind == "seq":
+                it, fields = obj.iterator(), []
+                while it.hasNext():
+                    fields.append(it.next())
+            elif kind == "option":
+                fields = [obj.get()] if obj.isDefined() else []
+            else:
+                continue
+            stack.extend(reversed(fields))
+
+
+def _strings(seq) -> list[str]:
+    it, out = seq.iterator(), []
+    while it.hasNext():
+        out.append(it.next())
+    return out
+
+
+def _called_functions(trees: _Trees, plan):
+    """(name parts, is a table function) of every function the parsed plan calls by name."""
+    for name, node, _ in trees.walk(plan):
+        if name == _ANALYSIS + "UnresolvedFunction":
+            yield _strings(node.nameParts()), False
+        elif name == _ANALYSIS + "UnresolvedGenerator":  # LATERAL VIEW f(...)
+            ident = node.name()
+            db = ident.database()
+            yield ([db.get()] if db.isDefined() else []) + [ident.funcName()], False
+        elif name == _ANALYSIS + "UnresolvedTableValuedFunction":  # FROM f(...)
+            yield _strings(node.name()), True
+
+
+def _not_builtin(spark: SparkSession, parts: list[str], table: bool) -> str | None:
+    """Why the function named by parts is not one of Spark's own built-ins, or None when it is."""
+    jvm = spark._jvm
+    analysis = jvm.org.apache.spark.sql.catalyst.analysis
+    state = spark._jsparkSession.sessionState()
+    builtin, session = ((analysis.TableFunctionRegistry.builtin(), state.tableFunctionRegistry()) if table
+                        else (analysis.FunctionRegistry.builtin(), state.functionRegistry()))
+    *qualifier, name = [p.lower() for p in parts]
+    ident = jvm.org.apache.spark.sql.catalyst.FunctionIdentifier.apply(name)
+    if tuple(qualifier) not in _BUILTIN_QUALIFIERS or not builtin.functionExists(ident):
+        return "not a Spark built-in function"
+    # a session function can take a built-in's name (spark.udf.register("upper", ...) replaces it in the
+    # session's registry): the name must still lead to the built-in's own builder
+    if not session.lookupFunctionBuilder(ident).equals(builtin.lookupFunctionBuilder(ident)):
+        return "a session function in place of the Spark built-in"
+    if not table and name in REFLECTION_FUNCTIONS:
+        return "Java reflection"
+    return None
+
+
+def _analyzed(spark: SparkSession, plan):
+    """The analyzed plan (names, types and views resolved; nothing run), or None when analysis fails."""
+    state = spark._jsparkSession.sessionState()
+    skip = spark._jvm.org.apache.spark.sql.execution.CommandExecutionMode.SKIP()
+    try:
+        # a QueryExecution runs its plan only when asked for more than `analyzed`; SKIP: never a command
+        return state.executePlan(plan, skip).analyzed()
+    except (PySparkException, Py4JJavaError):
+        return None
+
+
 def not_read_only(spark: SparkSession, statement: str) -> str | None:
-    """None for a query or a read-only command; else the plan node that makes it something else."""
+    """None for a query of built-in functions or a read-only command; else what makes it something else:
+    the plan node that is not part of a query, or the call that runs code of its own."""
     plan = parse_plan(spark, statement)
     if plan.getClass().getName() in READ_ONLY_COMMANDS:
         return None
     for node in _nodes(plan):
         if node.getClass().getName() not in QUERY_NODES:
             return node.getClass().getSimpleName()
+    # Two checks. By name, on the parsed plan, before analysis (which runs a Python UDTF's `analyze`): every
+    # function called by name must be a Spark built-in still bound to the built-in's own builder, and not
+    # reflection. An allow-list, so a UDF of any kind, a SQL function or a persistent function is refused
+    # without being listed here. By class, on the analyzed plan: what the parsed plan shows no name for (a
+    # view's definition, IDENTIFIER('reflect')(...)) must resolve to no reflection and no user-defined function.
+    trees = _Trees(spark)
+    for parts, table in _called_functions(trees, plan):
+        why = _not_builtin(spark, parts, table)
+        if why:
+            return f"call to {'.'.join(parts)} ({why})"
+    analyzed = _analyzed(spark, plan)
+    if analyzed is None:  # spark.sql fails the same way, before running anything, and says why in one line
+        return None
+    for name, node, user_defined in trees.walk(analyzed):
+        if name in REFLECTION_CLASSES:
+            return f"call to {node.prettyName()} (Java reflection)"
+        if user_defined:
+            return f"call to {node.name()} (not a Spark built-in function)"
+        if name in SQL_FUNCTIONS:
+            return f"call to {node.function().name().unquotedString()} (not a Spark built-in function)"
+        if name == SCALA_GENERATOR:
+            return "call to a Scala function (not a Spark built-in function)"
+        if name == SCRIPT:  # in a view's definition
+            return node.nodeName()
     return None

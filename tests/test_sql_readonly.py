@@ -1,4 +1,5 @@
-"""Issue 15: `clickeval sql` runs queries only (Spark's parser decides, not the text), unless --allow-writes."""
+"""Issue 15: `clickeval sql` runs queries only (Spark's parser decides, not the text), unless --allow-writes.
+Issue 39: and a query calls only Spark's built-in functions, never Java reflection."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 
 import pytest
 from delta.tables import DeltaTable
+from pyspark.sql.functions import udtf
 
 from clickeval_spark import tables
 from jobs import sql as sql_job
@@ -61,12 +63,90 @@ def _state(spark, warehouse) -> tuple[int, int]:
 def test_statements_that_are_not_queries_are_refused(spark, filled, capsys, statement, kind):
     warehouse, conf = filled
     before = _state(spark, warehouse)
+    _assert_refused(conf, capsys, statement, kind)
+    assert _state(spark, warehouse) == before
+
+
+def _assert_refused(conf, capsys, statement, kind):
     rc = sql_job.main(["--conf", conf, statement])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
-    assert err == [f"clickeval sql: error: refused: the statement is a {kind}, not a query; clickeval sql runs "
-                   "only SELECT, WITH, VALUES, SHOW, DESCRIBE and EXPLAIN unless --allow-writes is given"]
+    if kind.startswith("call to"):
+        assert err == [f"clickeval sql: error: refused: the query makes a {kind}; clickeval sql runs only Spark's "
+                       "built-in functions, without Java reflection, unless --allow-writes is given"]
+    else:
+        assert err == [f"clickeval sql: error: refused: the statement is a {kind}, not a query; clickeval sql runs "
+                       "only SELECT, WITH, VALUES, SHOW, DESCRIBE and EXPLAIN unless --allow-writes is given"]
+
+
+REFLECT = "reflect('java.lang.String', 'valueOf', 1)"
+
+
+@pytest.mark.parametrize("statement,kind", [
+    ("SELECT reflect('java.lang.System', 'setProperty', 'clickeval.ro', '1')", "call to reflect (Java reflection)"),
+    ("SELECT java_method('java.lang.Thread', 'sleep', 1L)", "call to java_method (Java reflection)"),
+    ("SELECT try_reflect('java.lang.Thread', 'sleep', 1L)", "call to try_reflect (Java reflection)"),
+    # hidden: in a CTE, a subquery, a lambda, a lateral view, a window (inline or named), a name given by IDENTIFIER
+    (f"WITH c AS (SELECT {REFLECT} AS r) SELECT r FROM c", "call to reflect (Java reflection)"),
+    (f"SELECT serp_id FROM serps WHERE serp_id IN (SELECT {REFLECT})", "call to reflect (Java reflection)"),
+    ("SELECT transform(array(1), x -> reflect('java.lang.String', 'valueOf', x))", "call to reflect (Java reflection)"),
+    (f"SELECT r FROM serps LATERAL VIEW explode(array({REFLECT})) t AS r", "call to reflect (Java reflection)"),
+    (f"SELECT serp_id, count(*) OVER (PARTITION BY {REFLECT}) FROM serps", "call to reflect (Java reflection)"),
+    (f"SELECT count(*) OVER w FROM serps WINDOW w AS (ORDER BY {REFLECT})", "call to reflect (Java reflection)"),
+    ("SELECT IDENTIFIER('java_method')('java.lang.String', 'valueOf', 1)", "call to java_method (Java reflection)"),
+])
+def test_java_reflection_is_refused(spark, filled, capsys, statement, kind):
+    warehouse, conf = filled
+    before = _state(spark, warehouse)
+    _assert_refused(conf, capsys, statement, kind)
     assert _state(spark, warehouse) == before
+    assert spark._jvm.java.lang.System.getProperty("clickeval.ro") is None
+
+
+@udtf(returnType="n: int")
+class _Udtf:
+    def eval(self, n: int):
+        yield (n,)
+
+
+@pytest.fixture
+def session_functions(spark):
+    """Functions that are not Spark's own, in the session `clickeval sql` runs in (the test session, shared with
+    other test files: dropped after, and the built-in soundex put back in place of the Python UDF named soundex)."""
+    spark.udf.register("py_udf", lambda x: x, "string")
+    spark.udf.register("soundex", lambda x: x, "string")  # replaces the built-in in the session
+    spark.udtf.register("py_udtf", _Udtf)
+    spark.sql("CREATE OR REPLACE TEMPORARY FUNCTION sql_udf(x INT) RETURNS INT RETURN x + 1")
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW reflecting AS SELECT {REFLECT} AS r")
+    spark.sql("CREATE OR REPLACE TEMPORARY VIEW udf_view AS SELECT py_udf('a') AS a")
+    yield
+    spark.sql("DROP VIEW IF EXISTS reflecting")
+    spark.sql("DROP VIEW IF EXISTS udf_view")
+    for name in ("py_udf", "py_udtf", "sql_udf"):
+        spark.sql(f"DROP TEMPORARY FUNCTION IF EXISTS {name}")
+    jvm = spark._jvm
+    builtin, soundex = jvm.org.apache.spark.sql.catalyst.analysis.FunctionRegistry.builtin(), \
+        jvm.org.apache.spark.sql.catalyst.FunctionIdentifier.apply("soundex")
+    spark._jsparkSession.sessionState().functionRegistry().registerFunction(
+        soundex, builtin.lookupFunction(soundex).get(), builtin.lookupFunctionBuilder(soundex).get())
+    assert spark.sql("SELECT soundex('Robert')").first()[0] == "R163"
+
+
+@pytest.mark.parametrize("statement,kind", [
+    ("SELECT py_udf(serp_id) FROM serps", "call to py_udf (not a Spark built-in function)"),
+    ("SELECT * FROM py_udtf(1)", "call to py_udtf (not a Spark built-in function)"),
+    ("SELECT sql_udf(serp_pos) FROM serps", "call to sql_udf (not a Spark built-in function)"),
+    ("SELECT upper(py_udf(serp_id)) FROM serps", "call to py_udf (not a Spark built-in function)"),
+    ("SELECT soundex(serp_id) FROM serps", "call to soundex (a session function in place of the Spark built-in)"),
+    ("SELECT default.sql_udf(1)", "call to default.sql_udf (not a Spark built-in function)"),
+    ("SELECT * FROM table_changes('serps', 0)", "call to table_changes (not a Spark built-in function)"),  # Delta's
+    # views: the names are in the view's definition, the analysed plan holds what they resolved to
+    ("SELECT r FROM reflecting", "call to reflect (Java reflection)"),
+    ("SELECT a FROM udf_view", "call to py_udf (not a Spark built-in function)"),
+])
+def test_functions_that_are_not_spark_built_ins_are_refused(spark, filled, capsys, session_functions, statement,
+                                                            kind):
+    _assert_refused(filled[1], capsys, statement, kind)
 
 
 @pytest.mark.parametrize("statement,shown", [
@@ -75,11 +155,23 @@ def test_statements_that_are_not_queries_are_refused(spark, filled, capsys, stat
     ("VALUES (41 + 1)", "|42  |"),
     ("SELECT split, count(*) AS n FROM serps GROUP BY split HAVING count(*) > 1", "|test |3  |"),
     ("SELECT serp_id FROM serps WHERE serp_id IN (SELECT serp_id FROM serps) ORDER BY 1 LIMIT 1", "|s0-1   |"),
+    # built-in functions wherever they are: windows, lateral views, lambdas, table-valued functions
+    ("SELECT serp_id, row_number() OVER (PARTITION BY query_id ORDER BY serp_id) AS r FROM serps ORDER BY 1",
+     "|s2-1   |3  |"),
+    ("SELECT serp_id, count(*) OVER w AS n FROM serps WINDOW w AS (PARTITION BY query_id) ORDER BY 1 LIMIT 1",
+     "|s0-1   |3  |"),
+    ("SELECT serp_id, p, d FROM serps LATERAL VIEW posexplode(doc_ids) t AS p, d WHERE serp_id = 's0-1' ORDER BY p",
+     "|s0-1   |1  |b  |"),
+    ("SELECT transform(clicks, x -> x + 1) AS t, aggregate(clicks, 0, (acc, x) -> acc + x) AS n FROM serps LIMIT 1",
+     "|[1, 2]|1  |"),
+    ("SELECT sum(id) AS s FROM range(4)", "|6  |"),
+    ("SELECT col FROM explode(array('x', 'y')) ORDER BY col DESC LIMIT 1", "|y  |"),
     # LIKE: the shared test session holds other temp views, which would widen the column
     ("SHOW TABLES LIKE 'serps'", "|serps    |true       |"),
     ("DESCRIBE serps", "|serp_id      |string       |NULL   |"),
     ("EXPLAIN SELECT * FROM serps", "== Physical Plan =="),
     ("EXPLAIN DELETE FROM serps", "== Physical Plan =="),  # planned, not run
+    ("EXPLAIN SELECT reflect('java.lang.System', 'setProperty', 'clickeval.ro', '1')", "== Physical Plan =="),
 ])
 def test_queries_and_read_only_commands_run(spark, filled, capsys, statement, shown):
     warehouse, conf = filled
@@ -88,6 +180,7 @@ def test_queries_and_read_only_commands_run(spark, filled, capsys, statement, sh
     out = capsys.readouterr().out
     assert rc == 0 and shown in out, out
     assert _state(spark, warehouse) == before
+    assert spark._jvm.java.lang.System.getProperty("clickeval.ro") is None  # EXPLAIN reflect(...) ran nothing
 
 
 def test_a_syntax_error_is_one_line(spark, filled, capsys):
