@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import os
 import sys
+import tempfile
 from datetime import datetime, timezone
 from typing import Sequence
 from urllib.parse import unquote, urlsplit
@@ -71,7 +72,21 @@ def warehouse_root(cfg: AppConfig) -> str:
     return resolve_location(cfg.spark.warehouse)
 
 
-def session_for(cfg: AppConfig, job: str) -> SparkSession:
+def log_file_for(cfg: AppConfig, run_id: str, verbose: bool = False) -> str | None:
+    """Where an embedded run's JVM writes Spark's, Ivy's and the JVM's own output: <warehouse>/_logs/<run_id>.log
+    (a warehouse in object storage: the temp folder). None, and they go to stderr, with --verbose or under
+    spark-submit, whose driver log is where a cluster's operators look."""
+    if verbose or cfg.spark.mode != "embedded":
+        return None
+    root = warehouse_root(cfg)
+    if is_uri(root) and not root.startswith("file:"):
+        folder = os.path.join(tempfile.gettempdir(), "clickeval-logs")
+    else:
+        folder = os.path.join(_local_path(root), "_logs")
+    return os.path.join(folder, f"{validate_run_id(run_id)}.log")
+
+
+def session_for(cfg: AppConfig, job: str, log_file: str | None = None) -> SparkSession:
     embedded = cfg.spark.mode == "embedded"
     conf = dict(cfg.spark.conf)
     # Spark's progress bar for a person at a terminal; never in CI, tests or scheduler logs
@@ -83,6 +98,7 @@ def session_for(cfg: AppConfig, job: str) -> SparkSession:
         embedded=embedded,
         conf=conf,
         checkpoint_dir=resolve_location(cfg.spark.checkpoint_dir) if cfg.spark.checkpoint_dir else None,
+        log_file=log_file,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from typing import Mapping
 
@@ -32,6 +33,7 @@ def build_session(
     embedded: bool,
     conf: Mapping[str, str] | None = None,
     checkpoint_dir: str | None = None,
+    log_file: str | None = None,
 ) -> SparkSession:
     """Build (or reuse) the job's session.
 
@@ -44,6 +46,9 @@ def build_session(
     submit command (`--master`, `--packages`), so nothing here overrides them.
     checkpoint_dir: the SparkContext's checkpoint directory (reliable checkpoints of
     EM's blocks, `clickeval_spark.models.blocks.checkpointed`); None: local checkpoints.
+    log_file: embedded only; the JVM this call starts writes its stdout and stderr there (Spark's
+    log4j console, Ivy's resolution report, the JVM's own warnings, the Python workers' stderr),
+    so the terminal shows the project's lines alone. None: they go to this process's stderr.
     """
     builder = SparkSession.builder.appName(app_name)
     if master:
@@ -68,8 +73,28 @@ def build_session(
         from delta import configure_spark_with_delta_pip
 
         builder = configure_spark_with_delta_pip(builder)
+        if log_file:
+            _launch_jvm_logging_to(log_file, builder)
     spark = builder.getOrCreate()
     if checkpoint_dir:
         spark.sparkContext.setCheckpointDir(checkpoint_dir)
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _launch_jvm_logging_to(log_file: str, builder: SparkSession.Builder) -> None:
+    """Start the driver JVM with the builder's options and its stdout/stderr appended to `log_file`
+    (pyspark's `launch_gateway(popen_kwargs=...)`, the hook it keeps for capturing them). A process that
+    already has a JVM (a second session, a spark-submit driver) keeps the one it has."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    conf = SparkConf(loadDefaults=False)
+    for key, value in builder._options.items():   # what getOrCreate passes to spark-submit
+        conf.set(key, value)
+    os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
+    with open(log_file, "ab") as out:   # the JVM keeps its own copy of the descriptor
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": out, "stderr": subprocess.STDOUT})
+    SparkContext._ensure_initialized(gateway=gateway)
