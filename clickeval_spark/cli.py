@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
@@ -22,7 +23,8 @@ from clickeval_spark import tables
 from clickeval_spark.context import StageContext
 from clickeval_spark.errors import ClickevalError
 from clickeval_spark.readonly import not_read_only
-from clickeval_spark.runtime import DEFAULT_CONF, check_local_inputs, load, session_for, warehouse_root
+from clickeval_spark.runtime import (DEFAULT_CONF, check_local_inputs, load, log_file_for, session_for,
+                                    warehouse_root)
 from clickeval_spark.stages import STAGES, run_pipeline, stages_from
 
 
@@ -43,12 +45,24 @@ def list_tables(ctx: StageContext, args: argparse.Namespace) -> None:
 def run_sql(ctx: StageContext, args: argparse.Namespace) -> None:
     """`clickeval sql "<query>"`: Spark SQL with every result table available by its name. Read-only unless
     --allow-writes: Spark's parser must find a query or a SHOW / DESCRIBE / EXPLAIN (readonly.py)."""
+    # the names first: the read-only check analyses the statement, which resolves them. With a catalog they
+    # resolve through it (its database is the current one); without, as temp views of the warehouse's tables
+    catalog = ctx.cfg.tables.catalog
+    if catalog is None:
+        registered = tables.register_tables(ctx.spark, ctx.warehouse)
+    else:
+        registered = ctx.register_in_catalog()
+        for name in registered:   # a temp view of the same name (an earlier call in this session) would shadow it
+            ctx.spark.catalog.dropTempView(name)
+        ctx.spark.sql(f"USE {catalog.database}")   # a SQL identifier (config.DATABASE_PATTERN)
     if not args.allow_writes:
         kind = not_read_only(ctx.spark, args.query)
+        if kind and kind.startswith("call to"):
+            raise ClickevalError(f"refused: the query makes a {kind}; clickeval sql runs only Spark's built-in "
+                                 "functions, without Java reflection, unless --allow-writes is given")
         if kind:
             raise ClickevalError(f"refused: the statement is a {kind}, not a query; clickeval sql runs only "
                                  "SELECT, WITH, VALUES, SHOW, DESCRIBE and EXPLAIN unless --allow-writes is given")
-    registered = tables.register_tables(ctx.spark, ctx.warehouse)
     try:
         ctx.spark.sql(args.query).show(n=args.limit, truncate=False)
     except PySparkException as exc:
@@ -73,12 +87,19 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--run-id", help="run id (default: from config, else '<env>-<UTC timestamp>')")
     common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. --set ingest.dataset=trec (value parsed as YAML)")
+    common.add_argument("--verbose", action="store_true",
+                        help="Spark's, Ivy's and the JVM's output on stderr (Spark at WARN) instead of the run's "
+                             "log file <warehouse>/_logs/<run_id>.log")
     parser = argparse.ArgumentParser(prog="clickeval", description="clickeval-spark: click-model evaluation on "
                                      "search logs (DESIGN.md §2: ingest → fit → predict → evaluate → generate → "
                                      "surrogate → report)")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for name, stage in STAGES.items():
-        verbs.add_parser(name, parents=[common], help=stage.summary, description=stage.summary)
+        verb = verbs.add_parser(name, parents=[common], help=stage.summary, description=stage.summary)
+        if name == "report":
+            verb.add_argument("--trend", action="store_true",
+                              help="also write the dataset's trend page: every model's LL, PPL and NDCG@10 "
+                                   "across its runs, by window end (same as --set report.trend=true)")
     run = verbs.add_parser("run", aliases=list(ALIASES), parents=[common],
                            help="every stage in order in one session (the main job)")
     run.add_argument("--from", dest="start", choices=list(STAGES), metavar="STAGE",
@@ -102,19 +123,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         # PySpark logs every analysis error as a JSON record; jobs report errors themselves, in one line
         PySparkLogger.getLogger(name).disabled = True
+    log_file = None
     try:
-        cfg, run_id = load(args.conf, args.set, args.run_id)
+        sets = [*args.set, *(["report.trend=true"] if getattr(args, "trend", False) else [])]
+        cfg, run_id = load(args.conf, sets, args.run_id)
         start = getattr(args, "start", None)
         if start and start != next(iter(STAGES)) and not (args.run_id or cfg.run_id):
             raise ClickevalError(f"--from {start} resumes a run: give its --run-id (or run_id in the config)")
         # `run --from fit` reads no ingest input: only the stages that will run are checked
         check_local_inputs(cfg, verb, stages_from(start) if start else None)
-        ctx = StageContext(session_for(cfg, verb), cfg, warehouse_root(cfg), run_id)
+        log_file = log_file_for(cfg, run_id, args.verbose)
+        ctx = StageContext(session_for(cfg, verb, log_file), cfg, warehouse_root(cfg), run_id)
         COMMANDS[verb](ctx, args)
         return 0
     except ClickevalError as exc:
-        print(f"clickeval {verb}: error: {exc}", file=sys.stderr)
+        print(f"clickeval {verb}: error: {exc}{_log_hint(log_file)}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if log_file and os.path.exists(log_file):
+            exc.add_note(f"Spark's log: {log_file}")
+        raise
+
+
+def _log_hint(log_file: str | None) -> str:
+    return f" (Spark's log: {log_file})" if log_file and os.path.exists(log_file) else ""
 
 
 JOB_VERBS = (*STAGES, "pipeline", "tables", "sql")

@@ -379,6 +379,30 @@ class SurrogateConfig:
 class ReportConfig:
     # folder (relative to the working directory) or URI; the page is <path>/<run_id>.html
     path: str = "reports"
+    # also write <path>/<dataset>-trend.html: each model's metrics across the dataset's runs (`report --trend`)
+    trend: bool = False
+
+
+# a catalog database: `schema` or `catalog.schema` (Unity), unquoted SQL identifiers
+DATABASE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}(\.[A-Za-z_][A-Za-z0-9_]{0,127})?$")
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    """Register every table the pipeline writes as an external Delta table of `database` in the session's
+    catalog (Hive metastore, Glue, Unity: whatever the spark conf configures), so any SQL client finds it."""
+    database: str
+
+    def __post_init__(self) -> None:
+        if not DATABASE_PATTERN.match(self.database):
+            raise ConfigError(f"tables.catalog.database: {self.database!r} is not allowed: a SQL identifier "
+                              "([A-Za-z_][A-Za-z0-9_]*), or catalog.schema")
+
+
+@dataclass(frozen=True)
+class TablesConfig:
+    # null: the tables are Delta paths under spark.warehouse only
+    catalog: CatalogConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -404,6 +428,7 @@ class AppConfig:
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     surrogate: SurrogateConfig = field(default_factory=SurrogateConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    tables: TablesConfig = field(default_factory=TablesConfig)
     # null: the whole dataset; set: only SERPs (and dated labels) with log_date in [start, end]
     window: WindowConfig | None = None
 

@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from clickeval_spark import tables
+from clickeval_spark.catalog import register_in_catalog
 from clickeval_spark.config import SPLITS, AppConfig, config_as_dict
 from clickeval_spark.runs import RunRecord, recorded_run, write_run_rows
 
@@ -49,6 +50,13 @@ class StageContext:
         finally:
             rows = {row["job"]: row for row in self._pending_runs.pop()}   # a job recorded twice: its last row
             write_run_rows(self.spark, self.warehouse, list(rows.values()))
+
+    def register_in_catalog(self) -> list[str]:
+        """With tables.catalog set: every table under the warehouse registered in the session's catalog
+        (clickeval_spark.catalog); without it nothing. The names registered."""
+        if self.cfg.tables.catalog is None:
+            return []
+        return register_in_catalog(self.spark, self.warehouse, self.cfg.tables.catalog.database)
 
     def read(self, table: str) -> DataFrame:
         return tables.read_table(self.spark, self.warehouse, table)

@@ -38,6 +38,7 @@ class Stage:
         try:
             with ctx.batched_runs():
                 result = self.module.run(ctx)
+            ctx.register_in_catalog()
         except Exception:
             print(f"[{_now()}] {self.name}: failed after {time.perf_counter() - t0:.1f} s", flush=True)
             raise

@@ -1,0 +1,75 @@
+"""The result tables by name in the session's catalog (DESIGN §6), for any SQL client.
+
+With `tables.catalog.database` set, every table under the warehouse is registered as an external Delta
+table of that database at its location, and `click_predictions_by_rank` as a view over it. The catalog is
+whatever the session is configured with: Hive's metastore (`spark.sql.catalogImplementation=hive`), Glue
+through a Hive client, Unity (`catalog.schema`). spark-sql, the Thrift server (JDBC, BI tools) and
+notebooks then query `clickeval.metrics`; the Delta log stays the table's truth, so delta-rs and DuckDB read
+the same paths. Registration is idempotent: a stage registers its tables after it writes them.
+"""
+
+from __future__ import annotations
+
+from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+
+from clickeval_spark import tables
+from clickeval_spark.config import DATABASE_PATTERN
+from clickeval_spark.errors import ClickevalError
+
+# the columns click_predictions holds one array element per rank of
+_PER_RANK = ("clicks", "p_click_cond", "p_click")
+
+
+def register_in_catalog(spark: SparkSession, warehouse: str, database: str) -> list[str]:
+    """Register every Delta table under `warehouse` in `database` (created if missing), plus the by-rank view;
+    the names registered. A name already there must point at this warehouse's table: anything else is a
+    user error naming both locations, never a silent second copy."""
+    if not DATABASE_PATTERN.match(database):   # it goes into SQL text; the config checked it already
+        raise ClickevalError(f"tables.catalog.database: {database!r} is not a SQL identifier")
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
+    registered = []
+    for name in tables.SCHEMAS:
+        path = tables.table_path(warehouse, name)
+        if not DeltaTable.isDeltaTable(spark, path):
+            continue
+        qualified = f"{database}.{name}"
+        if not spark.catalog.tableExists(qualified):
+            try:
+                spark.catalog.createTable(qualified, path=path, source="delta")
+            except AnalysisException:
+                if not spark.catalog.tableExists(qualified):   # not a concurrent run registering it first
+                    raise
+        _check_location(spark, qualified, path)
+        registered.append(name)
+    if "click_predictions" in registered:
+        spark.sql(by_rank_view_sql(spark, database))
+        registered.append(tables.BY_RANK_VIEW)
+    return registered
+
+
+def by_rank_view_sql(spark: SparkSession, database: str) -> str:
+    """`CREATE OR REPLACE VIEW <database>.click_predictions_by_rank`: one row per (SERP, rank), the rows
+    `metrics.click_prediction.by_rank` gives, in SQL a catalog can store."""
+    source = f"{database}.click_predictions"
+    other = ", ".join(f"`{c}`" for c in spark.table(source).columns if c not in _PER_RANK)
+    return (f"CREATE OR REPLACE VIEW {database}.{tables.BY_RANK_VIEW} AS "
+            f"SELECT {other}, CAST(_pos + 1 AS INT) AS rank, clicks[_pos] AS click, _p_cond AS p_click_cond, "
+            f"p_click[_pos] AS p_click "
+            f"FROM {source} LATERAL VIEW posexplode(p_click_cond) _r AS _pos, _p_cond")
+
+
+def _check_location(spark: SparkSession, qualified: str, path: str) -> None:
+    location = spark.sql(f"DESCRIBE DETAIL {qualified}").first()["location"]
+    if _normalised(location) != _normalised(path):
+        raise ClickevalError(f"catalog table {qualified} is the Delta table at {location}, not this warehouse's "
+                             f"{path}: set another tables.catalog.database, or drop that table from the catalog")
+
+
+def _normalised(location: str) -> str:
+    for prefix in ("file://", "file:"):
+        if location.startswith(prefix):
+            location = location[len(prefix):]
+            break
+    return location.rstrip("/")
