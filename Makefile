@@ -1,7 +1,8 @@
 # Two commands on a fresh machine with only Python 3.11, Java 17 and make:
 #   make run   - set everything up, run the main job (ingest -> fit -> predict -> evaluate -> generate ->
 #                surrogate -> report) on the embedded synthetic data; prints the metrics and the report path
-#   make test  - set everything up, run the tests
+#   make test  - set everything up, run the tests (all of them: CI runs this)
+#   make test-fast - the same without the tests marked slow or cluster
 # Delta Lake's jars are fetched from Maven Central by Spark's Ivy resolver on the first session
 # (delta-spark's configure_spark_with_delta_pip) and cached in ~/.ivy2.5.2.
 
@@ -15,7 +16,7 @@ CONF   ?= conf/local.yaml
 # 24:14 with the JIT thresholds x3; benchmarks/RESULTS.md). TEST_WORKERS=0: serially.
 TEST_WORKERS ?= 2
 
-.PHONY: setup run test clean
+.PHONY: setup run test test-fast clean
 
 setup: $(STAMP)
 
@@ -32,6 +33,10 @@ run: setup
 
 test: setup
 	$(BIN)/python -m pytest -n $(TEST_WORKERS)
+
+# everything but the tests marked slow (whole pipelines, subprocess clients, the reliability baseline) or cluster
+test-fast: setup
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not slow and not cluster"
 
 clean:
 	rm -rf $(VENV) .venv-airflow warehouse spark-warehouse reports dist .pytest_cache

@@ -44,7 +44,8 @@ def list_tables(ctx: StageContext, args: argparse.Namespace) -> None:
 
 def run_sql(ctx: StageContext, args: argparse.Namespace) -> None:
     """`clickeval sql "<query>"`: Spark SQL with every result table available by its name. Read-only unless
-    --allow-writes: Spark's parser must find a query or a SHOW / DESCRIBE / EXPLAIN (readonly.py)."""
+    --allow-writes: a query or a SHOW / DESCRIBE / EXPLAIN, calling Spark's built-in functions only, without
+    Java reflection (readonly.py)."""
     # the names first: the read-only check analyses the statement, which resolves them. With a catalog they
     # resolve through it (its database is the current one); without, as temp views of the warehouse's tables
     catalog = ctx.cfg.tables.catalog
@@ -134,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_local_inputs(cfg, verb, stages_from(start) if start else None)
         log_file = log_file_for(cfg, run_id, args.verbose)
         ctx = StageContext(session_for(cfg, verb, log_file), cfg, warehouse_root(cfg), run_id)
+        if log_file and os.path.exists(log_file):
+            _library_logs_to(log_file)
         COMMANDS[verb](ctx, args)
         return 0
     except ClickevalError as exc:
@@ -143,6 +146,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if log_file and os.path.exists(log_file):
             exc.add_note(f"Spark's log: {log_file}")
         raise
+
+
+def _library_logs_to(log_file: str) -> None:
+    """py4j's and pyspark's Python log records go where the JVM's output went, not to the terminal."""
+    handler = logging.FileHandler(log_file)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    for name in ("py4j", "pyspark"):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.propagate = False
 
 
 def _log_hint(log_file: str | None) -> str:

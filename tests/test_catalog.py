@@ -144,11 +144,13 @@ def _env() -> dict[str, str]:
     return {**os.environ, "SPARK_HOME": str(_spark_home()), "PYSPARK_PYTHON": sys.executable}
 
 
-def _run(cmd: list[str], cwd: Path, timeout: int = 600) -> str:
+def _run(cmd: list[str], cwd: Path, timeout: int = 600, quiet: bool = False) -> str:
     t0 = time.monotonic()
     done = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
     print(f"{Path(cmd[0]).name} {cmd[1]}: {time.monotonic() - t0:.1f} s")
     assert done.returncode == 0, f"{cmd[0]} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    if quiet:   # clickeval: on stderr only its own log records (EM progress), no line from Spark, Ivy or the JVM
+        assert [line for line in done.stderr.splitlines() if not re.match(r"[0-9-]+ [0-9:,]+ clickeval ", line)] == []
     return done.stdout
 
 
@@ -189,13 +191,13 @@ def test_spark_sql_and_beeline_read_the_pipelines_tables_by_name(spark, tmp_path
         "tables": {"catalog": {"database": "clickeval"}},
     }))
     clickeval = str(Path(sys.executable).parent / "clickeval")
-    _run([clickeval, "run", "--conf", str(conf), "--run-id", "cat-run"], tmp_path)
+    _run([clickeval, "run", "--conf", str(conf), "--run-id", "cat-run"], tmp_path, quiet=True)
 
     # one query over a table and the view, so each client starts once
     query = ("SELECT m.model, m.value, r.n, r.clicks FROM clickeval.metrics m JOIN (SELECT model, count(*) AS n, "
              "sum(click) AS clicks FROM clickeval.click_predictions_by_rank GROUP BY model) r ON m.model = r.model "
              "WHERE m.metric = 'LL' AND m.cutoff IS NULL AND m.reference_model IS NULL ORDER BY m.model")
-    ours = _shown_rows(_run([clickeval, "sql", "--conf", str(conf), query], tmp_path))
+    ours = _shown_rows(_run([clickeval, "sql", "--conf", str(conf), query], tmp_path, quiet=True))
     assert [row[0] for row in ours] == ["gctr", "pbm"] and all(float(row[1]) < 0 for row in ours)
     assert ours[0][2] == ours[1][2] and int(ours[0][2]) > 0   # every SERP x rank, once per model
 

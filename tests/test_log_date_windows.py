@@ -29,6 +29,9 @@ from clickeval_spark.runtime import load
 from tests.sources.helpers import rules, run, write
 from tests.sources.test_tiangong import _interaction
 
+# minutes of Spark: `make test-fast` leaves it out (README: Tests)
+pytestmark = pytest.mark.slow
+
 LOCAL = PROJECT_ROOT / "conf" / "local.yaml"
 D1, D2, D3, D5 = date(2026, 11, 1), date(2026, 11, 2), date(2026, 11, 3), date(2026, 11, 5)
 

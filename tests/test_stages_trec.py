@@ -23,7 +23,8 @@ from clickeval_spark.tables import read_table
 from examples.external_model import fit_and_write
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "trec-session-2014-demo"
-pytestmark = pytest.mark.skipif(not DATA.exists(), reason="../shared/data is not beside the checkout")
+pytestmark = [pytest.mark.skipif(not DATA.exists(), reason="../shared/data is not beside the checkout"),
+              pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -172,6 +172,7 @@ def _days_cfg(**sections) -> AppConfig:
                      **sections)
 
 
+@pytest.mark.slow
 def test_report_stage_writes_the_trend_of_three_daily_runs(spark, warehouse, tmp_path, capsys):
     for day in RUN_DAYS:
         lines = {split: [_line(f"{split[:2]}{day}x{i}", f"q{i % 4}", _clicks(day, i)) for i in range(n)]

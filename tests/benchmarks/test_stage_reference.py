@@ -22,6 +22,9 @@ from clickeval_spark.models import get_model
 from clickeval_spark.models.params_io import from_param_rows
 from tests.reliability import _pipeline as P
 
+# minutes of Spark: `make test-fast` leaves it out (README: Tests)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def base(spark, tmp_path_factory):

@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+# minutes of Spark: `make test-fast` leaves it out (README: Tests)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 DAG_FOLDER = ROOT / "deploy" / "airflow"
 DAG_FILE = DAG_FOLDER / "clickeval_dag.py"

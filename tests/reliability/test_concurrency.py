@@ -22,6 +22,9 @@ from clickeval_spark import tables
 from clickeval_spark.runs import recorded_run
 from tests.reliability import _pipeline as P
 
+# minutes of Spark: `make test-fast` leaves it out (README: Tests)
+pytestmark = pytest.mark.slow
+
 
 # ------------------------------------------------------------------------------------- the retry policy
 

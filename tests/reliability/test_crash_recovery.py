@@ -11,8 +11,13 @@ the files of the killed write must stay invisible, or (killed after the commit) 
 import time
 from pathlib import Path
 
+import pytest
+
 from clickeval_spark import tables
 from tests.reliability import _pipeline as P
+
+# minutes of Spark: `make test-fast` leaves it out (README: Tests)
+pytestmark = pytest.mark.slow
 
 RUN = "crash-1"
 

@@ -33,6 +33,9 @@ from jobs import ingest as ingest_job
 from tests.sources.helpers import rules, run, write
 from tests.sources.test_tiangong import _interaction
 
+# minutes of Spark: `make test-fast` leaves it out (README: Tests)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

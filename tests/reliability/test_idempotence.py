@@ -16,6 +16,9 @@ from clickeval_spark.stages import STAGES
 from clickeval_spark.config import load_config
 from tests.reliability import _pipeline as P
 
+# minutes of Spark: `make test-fast` leaves it out (README: Tests)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def rerun_state(spark, tmp_path_factory):

@@ -21,6 +21,9 @@ import pytest
 from clickeval_spark import tables
 from tests.reliability import _pipeline as P
 
+# minutes of Spark: `make test-fast` leaves it out (README: Tests)
+pytestmark = pytest.mark.slow
+
 TABLES = ("metrics", "distributional_metrics")
 
 
