@@ -60,3 +60,17 @@ def test_run_id_pattern():
     for bad in ["", "a b", "a;b", "-x", "x" * 200]:
         with pytest.raises(ConfigError):
             validate_run_id(bad)
+
+
+def test_catalog_database_is_a_sql_identifier(tmp_path):
+    """tables.catalog.database goes into SQL text (CREATE DATABASE, the view): an identifier, or catalog.schema."""
+    assert _load(tmp_path, "{}").tables.catalog is None
+    assert _load(tmp_path, "tables: {catalog: {database: clickeval}}").tables.catalog.database == "clickeval"
+    assert _load(tmp_path, "tables: {catalog: {database: main.clickeval_prod}}").tables.catalog.database == "main.clickeval_prod"
+    for bad in ("click-eval", "a.b.c", "x; DROP TABLE metrics", "1abc", "`x`"):
+        with pytest.raises(ConfigError, match=r"^tables\.catalog\.database: .* is not allowed: a SQL identifier"):
+            _load(tmp_path, "tables: {catalog: {database: '%s'}}" % bad)
+    with pytest.raises(ConfigError, match=r"^tables\.catalog\.schema: unknown key; allowed keys: \['database'\]"):
+        _load(tmp_path, "tables: {catalog: {schema: x}}")
+    with pytest.raises(ConfigError, match=r"^tables\.catalog\.database: required key is missing"):
+        _load(tmp_path, "tables: {catalog: {}}")
