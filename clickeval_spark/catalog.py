@@ -15,20 +15,25 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from clickeval_spark import tables
-from clickeval_spark.config import DATABASE_PATTERN
 from clickeval_spark.errors import ClickevalError
 
-# the columns click_predictions holds one array element per rank of
+# the columns click_predictions holds one array element per rank of; the others are the view's keys
 _PER_RANK = ("clicks", "p_click_cond", "p_click")
+_KEYS = ", ".join(f.name for f in tables.CLICK_PREDICTIONS.fields if f.name not in _PER_RANK)
+# one row per (SERP, rank), the rows `metrics.click_prediction.by_rank` gives, in SQL a catalog can store; made
+# in the catalog's database, so `click_predictions` resolves there (a view keeps the namespace it was made in)
+BY_RANK_VIEW_SQL = (
+    f"CREATE OR REPLACE VIEW {tables.BY_RANK_VIEW} AS "
+    f"SELECT {_KEYS}, CAST(_pos + 1 AS INT) AS rank, clicks[_pos] AS click, _p_cond AS p_click_cond, "
+    "p_click[_pos] AS p_click FROM click_predictions LATERAL VIEW posexplode(p_click_cond) _r AS _pos, _p_cond")
 
 
 def register_in_catalog(spark: SparkSession, warehouse: str, database: str) -> list[str]:
     """Register every Delta table under `warehouse` in `database` (created if missing), plus the by-rank view;
     the names registered. A name already there must point at this warehouse's table: anything else is a
     user error naming both locations, never a silent second copy."""
-    if not DATABASE_PATTERN.match(database):   # it goes into SQL text; the config checked it already
-        raise ClickevalError(f"tables.catalog.database: {database!r} is not a SQL identifier")
-    spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
+    # the name goes in as a parameter (IDENTIFIER), never as SQL text; the config checked its pattern already
+    spark.sql("CREATE DATABASE IF NOT EXISTS IDENTIFIER(:database)", args={"database": database})
     registered = []
     for name in tables.SCHEMAS:
         path = tables.table_path(warehouse, name)
@@ -44,24 +49,19 @@ def register_in_catalog(spark: SparkSession, warehouse: str, database: str) -> l
         _check_location(spark, qualified, path)
         registered.append(name)
     if "click_predictions" in registered:
-        spark.sql(by_rank_view_sql(spark, database))
+        current = spark.catalog.currentCatalog(), spark.catalog.currentDatabase()
+        spark.sql("USE IDENTIFIER(:database)", args={"database": database})
+        try:
+            spark.sql(BY_RANK_VIEW_SQL)
+        finally:
+            spark.catalog.setCurrentCatalog(current[0])
+            spark.catalog.setCurrentDatabase(current[1])
         registered.append(tables.BY_RANK_VIEW)
     return registered
 
 
-def by_rank_view_sql(spark: SparkSession, database: str) -> str:
-    """`CREATE OR REPLACE VIEW <database>.click_predictions_by_rank`: one row per (SERP, rank), the rows
-    `metrics.click_prediction.by_rank` gives, in SQL a catalog can store."""
-    source = f"{database}.click_predictions"
-    other = ", ".join(f"`{c}`" for c in spark.table(source).columns if c not in _PER_RANK)
-    return (f"CREATE OR REPLACE VIEW {database}.{tables.BY_RANK_VIEW} AS "
-            f"SELECT {other}, CAST(_pos + 1 AS INT) AS rank, clicks[_pos] AS click, _p_cond AS p_click_cond, "
-            f"p_click[_pos] AS p_click "
-            f"FROM {source} LATERAL VIEW posexplode(p_click_cond) _r AS _pos, _p_cond")
-
-
 def _check_location(spark: SparkSession, qualified: str, path: str) -> None:
-    location = spark.sql(f"DESCRIBE DETAIL {qualified}").first()["location"]
+    location = DeltaTable.forName(spark, qualified).detail().select("location").first()[0]
     if _normalised(location) != _normalised(path):
         raise ClickevalError(f"catalog table {qualified} is the Delta table at {location}, not this warehouse's "
                              f"{path}: set another tables.catalog.database, or drop that table from the catalog")

@@ -55,7 +55,7 @@ def run_sql(ctx: StageContext, args: argparse.Namespace) -> None:
         registered = ctx.register_in_catalog()
         for name in registered:   # a temp view of the same name (an earlier call in this session) would shadow it
             ctx.spark.catalog.dropTempView(name)
-        ctx.spark.sql(f"USE {catalog.database}")   # a SQL identifier (config.DATABASE_PATTERN)
+        ctx.spark.sql("USE IDENTIFIER(:database)", args={"database": catalog.database})
     if not args.allow_writes:
         kind = not_read_only(ctx.spark, args.query)
         if kind and kind.startswith("call to"):
