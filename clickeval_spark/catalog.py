@@ -21,25 +21,47 @@ from clickeval_spark.errors import ClickevalError
 _PER_RANK = ("clicks", "p_click_cond", "p_click")
 _KEYS = ", ".join(f.name for f in tables.CLICK_PREDICTIONS.fields if f.name not in _PER_RANK)
 # one row per (SERP, rank), the rows `metrics.click_prediction.by_rank` gives, in SQL a catalog can store; made
-# in the catalog's database, so `click_predictions` resolves there (a view keeps the namespace it was made in)
+# in the catalog's database, so `click_predictions` resolves there (a view keeps the namespace it was made in).
+# IF NOT EXISTS: its text is fixed, and a Hive catalog replaces a view by a drop and a create, which two runs
+# registering at once would race on
 BY_RANK_VIEW_SQL = (
-    f"CREATE OR REPLACE VIEW {tables.BY_RANK_VIEW} AS "
+    f"CREATE VIEW IF NOT EXISTS {tables.BY_RANK_VIEW} AS "
     f"SELECT {_KEYS}, CAST(_pos + 1 AS INT) AS rank, clicks[_pos] AS click, _p_cond AS p_click_cond, "
     "p_click[_pos] AS p_click FROM click_predictions LATERAL VIEW posexplode(p_click_cond) _r AS _pos, _p_cond")
+
+
+def namespace(spark: SparkSession, database: str) -> str:
+    """`catalog.database`: a one-part database lives in the session's current catalog. Every name below is
+    given with its catalog (Delta's forName sends a two-part name to spark_catalog whatever the current one)."""
+    return database if "." in database else f"{spark.catalog.currentCatalog()}.{database}"
+
+
+def check_locations(spark: SparkSession, warehouse: str, database: str) -> None:
+    """Every name of `database` already registered for a table of this warehouse points at it: checked before
+    a stage writes, so a catalog that belongs to another warehouse fails the stage before anything changes."""
+    ns = namespace(spark, database)
+    if not spark.catalog.databaseExists(ns):
+        return
+    for name in tables.SCHEMAS:
+        if spark.catalog.tableExists(f"{ns}.{name}"):
+            _check_location(spark, f"{ns}.{name}", tables.table_path(warehouse, name))
 
 
 def register_in_catalog(spark: SparkSession, warehouse: str, database: str) -> list[str]:
     """Register every Delta table under `warehouse` in `database` (created if missing), plus the by-rank view;
     the names registered. A name already there must point at this warehouse's table: anything else is a
-    user error naming both locations, never a silent second copy."""
+    user error naming both locations, never a silent second copy. Temp views of the tables' names are
+    dropped from the session: the catalog's tables take their place (and a permanent view may not read a
+    temp view)."""
+    ns = namespace(spark, database)
     # the name goes in as a parameter (IDENTIFIER), never as SQL text; the config checked its pattern already
-    spark.sql("CREATE DATABASE IF NOT EXISTS IDENTIFIER(:database)", args={"database": database})
+    spark.sql("CREATE DATABASE IF NOT EXISTS IDENTIFIER(:database)", args={"database": ns})
     registered = []
     for name in tables.SCHEMAS:
         path = tables.table_path(warehouse, name)
         if not DeltaTable.isDeltaTable(spark, path):
             continue
-        qualified = f"{database}.{name}"
+        qualified = f"{ns}.{name}"
         if not spark.catalog.tableExists(qualified):
             try:
                 spark.catalog.createTable(qualified, path=path, source="delta")
@@ -48,28 +70,32 @@ def register_in_catalog(spark: SparkSession, warehouse: str, database: str) -> l
                     raise
         _check_location(spark, qualified, path)
         registered.append(name)
+    for name in (*registered, tables.BY_RANK_VIEW):
+        spark.catalog.dropTempView(name)
     if "click_predictions" in registered:
-        current = spark.catalog.currentCatalog(), spark.catalog.currentDatabase()
-        spark.sql("USE IDENTIFIER(:database)", args={"database": database})
-        try:
-            spark.sql(BY_RANK_VIEW_SQL)
-        finally:
-            spark.catalog.setCurrentCatalog(current[0])
-            spark.catalog.setCurrentDatabase(current[1])
+        if not spark.catalog.tableExists(f"{ns}.{tables.BY_RANK_VIEW}"):
+            current = spark.catalog.currentCatalog(), spark.catalog.currentDatabase()
+            spark.sql("USE IDENTIFIER(:database)", args={"database": ns})
+            try:
+                spark.sql(BY_RANK_VIEW_SQL)
+            finally:
+                spark.catalog.setCurrentCatalog(current[0])
+                spark.catalog.setCurrentDatabase(current[1])
         registered.append(tables.BY_RANK_VIEW)
     return registered
 
 
 def _check_location(spark: SparkSession, qualified: str, path: str) -> None:
     location = DeltaTable.forName(spark, qualified).detail().select("location").first()[0]
-    if _normalised(location) != _normalised(path):
+    if _qualified_path(spark, location) != _qualified_path(spark, path):
         raise ClickevalError(f"catalog table {qualified} is the Delta table at {location}, not this warehouse's "
                              f"{path}: set another tables.catalog.database, or drop that table from the catalog")
 
 
-def _normalised(location: str) -> str:
-    for prefix in ("file://", "file:"):
-        if location.startswith(prefix):
-            location = location[len(prefix):]
-            break
-    return location.rstrip("/")
+def _qualified_path(spark: SparkSession, location: str) -> str:
+    """The location as its file system names it (scheme and authority added: /wh, file:/wh and
+    hdfs://nn:8020/wh under fs.defaultFS compare equal where they are the same folder)."""
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(location)
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return fs.makeQualified(path).toString().rstrip("/")

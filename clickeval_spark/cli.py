@@ -20,6 +20,7 @@ from pyspark.errors import PySparkException
 from pyspark.logger import PySparkLogger
 
 from clickeval_spark import tables
+from clickeval_spark.catalog import namespace
 from clickeval_spark.context import StageContext
 from clickeval_spark.errors import ClickevalError
 from clickeval_spark.readonly import not_read_only
@@ -47,15 +48,20 @@ def run_sql(ctx: StageContext, args: argparse.Namespace) -> None:
     --allow-writes: a query or a SHOW / DESCRIBE / EXPLAIN, calling Spark's built-in functions only, without
     Java reflection (readonly.py)."""
     # the names first: the read-only check analyses the statement, which resolves them. With a catalog they
-    # resolve through it (its database is the current one); without, as temp views of the warehouse's tables
+    # resolve through it (its database the current one; the stages registered them, and an analyst may hold
+    # read grants only); without, as temp views of the warehouse's tables
     catalog = ctx.cfg.tables.catalog
     if catalog is None:
         registered = tables.register_tables(ctx.spark, ctx.warehouse)
     else:
-        registered = ctx.register_in_catalog()
+        database = namespace(ctx.spark, catalog.database)
+        if not ctx.spark.catalog.databaseExists(database):
+            raise ClickevalError(f"tables.catalog.database: {database} does not exist in the session's catalog; run "
+                                 "a stage with tables.catalog set (e.g. `clickeval report`) to register the tables")
+        registered = [*tables.SCHEMAS, tables.BY_RANK_VIEW]
         for name in registered:   # a temp view of the same name (an earlier call in this session) would shadow it
             ctx.spark.catalog.dropTempView(name)
-        ctx.spark.sql("USE IDENTIFIER(:database)", args={"database": catalog.database})
+        ctx.spark.sql("USE IDENTIFIER(:database)", args={"database": database})
     if not args.allow_writes:
         kind = not_read_only(ctx.spark, args.query)
         if kind and kind.startswith("call to"):

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from clickeval_spark import tables
-from clickeval_spark.catalog import register_in_catalog
+from clickeval_spark.catalog import check_locations, register_in_catalog
 from clickeval_spark.config import SPLITS, AppConfig, config_as_dict
 from clickeval_spark.runs import RunRecord, recorded_run, write_run_rows
 
@@ -50,6 +50,11 @@ class StageContext:
         finally:
             rows = {row["job"]: row for row in self._pending_runs.pop()}   # a job recorded twice: its last row
             write_run_rows(self.spark, self.warehouse, list(rows.values()))
+
+    def check_catalog(self) -> None:
+        """With tables.catalog set: the names already in the catalog are this warehouse's tables (before a write)."""
+        if self.cfg.tables.catalog is not None:
+            check_locations(self.spark, self.warehouse, self.cfg.tables.catalog.database)
 
     def register_in_catalog(self) -> list[str]:
         """With tables.catalog set: every table under the warehouse registered in the session's catalog

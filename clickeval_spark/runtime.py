@@ -79,10 +79,16 @@ def log_file_for(cfg: AppConfig, run_id: str, verbose: bool = False) -> str | No
     if verbose or cfg.spark.mode != "embedded":
         return None
     root = warehouse_root(cfg)
-    if is_uri(root) and not root.startswith("file:"):
-        folder = os.path.join(tempfile.gettempdir(), "clickeval-logs")
-    else:
-        folder = os.path.join(_local_path(root), "_logs")
+    folder = os.path.join(tempfile.gettempdir(), "clickeval-logs")
+    # a plain path is local unless fs.defaultFS names another file system (as check_local_inputs decides)
+    if root.startswith("file:") or not (is_uri(root) or "spark.hadoop.fs.defaultFS" in cfg.spark.conf):
+        local = os.path.join(_local_path(root), "_logs")
+        try:   # a warehouse the user may read but not write (an analyst's `clickeval sql`): the temp folder
+            os.makedirs(local, exist_ok=True)
+            if os.access(local, os.W_OK):
+                folder = local
+        except OSError:
+            pass
     return os.path.join(folder, f"{validate_run_id(run_id)}.log")
 
 

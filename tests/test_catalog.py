@@ -18,7 +18,7 @@ import yaml
 from chispa import assert_df_equality
 
 from clickeval_spark import tables
-from clickeval_spark.catalog import register_in_catalog
+from clickeval_spark.catalog import check_locations, register_in_catalog
 from clickeval_spark.config import AppConfig, CatalogConfig, IngestConfig, TablesConfig
 from clickeval_spark.context import StageContext
 from clickeval_spark.errors import ClickevalError
@@ -49,9 +49,12 @@ def _catalog_tables(spark, database: str) -> dict[str, str]:
 def test_tables_register_as_external_delta_tables_with_the_view(spark, tmp_path):
     warehouse = str(tmp_path / "wh")
     _fill(spark, warehouse)
+    # temp views of the same names (an earlier `clickeval sql` in this session) give way to the catalog's tables
+    assert "click_predictions" in tables.register_tables(spark, warehouse)
     try:
         assert register_in_catalog(spark, warehouse, "ce_unit") == ["click_predictions", "metrics",
                                                                     "click_predictions_by_rank"]
+        assert not spark.sql("SHOW VIEWS").where("isTemporary AND viewName = 'click_predictions'").count()
         assert _catalog_tables(spark, "ce_unit") == {
             "click_predictions": "EXTERNAL", "metrics": "EXTERNAL", "click_predictions_by_rank": "VIEW"}
         assert_df_equality(spark.table("ce_unit.metrics"), tables.read_table(spark, warehouse, "metrics"),
@@ -72,9 +75,13 @@ def test_tables_register_as_external_delta_tables_with_the_view(spark, tmp_path)
         # the same database over another warehouse: one clear error naming both tables, nothing re-pointed
         other = str(tmp_path / "other")
         _fill(spark, other)
-        with pytest.raises(ClickevalError, match=r"catalog table ce_unit\.click_predictions is the Delta table at "
-                                                 r".*/wh/click_predictions, not this warehouse's .*/other/click_predictions"):
+        with pytest.raises(ClickevalError, match=r"catalog table spark_catalog\.ce_unit\.click_predictions is the Delta "
+                                                 r"table at .*/wh/click_predictions, not this warehouse's .*/other/click_predictions"):
             register_in_catalog(spark, other, "ce_unit")
+        # the same check runs before a stage writes anything
+        with pytest.raises(ClickevalError, match=r"catalog table spark_catalog\.ce_unit\.click_predictions is the Delta"):
+            check_locations(spark, other, "ce_unit")
+        check_locations(spark, warehouse, "ce_unit")
     finally:
         spark.sql("DROP DATABASE IF EXISTS ce_unit CASCADE")
     # external: dropping the catalog entries leaves the Delta tables as they were
@@ -98,6 +105,14 @@ def test_a_stage_registers_what_it_wrote_and_sql_resolves_through_the_catalog(sp
         assert sql_job.main(["--conf", str(conf), "SELECT split, count(*) AS n FROM serps GROUP BY split"]) == 0
         assert re.search(r"\|train\s*\|4\s*\|", capsys.readouterr().out)
         assert not spark.sql("SHOW VIEWS").where("isTemporary AND viewName = 'serps'").count()
+        # a database no stage has registered: one line saying what to run
+        other = tmp_path / "other.yaml"
+        other.write_text(yaml.safe_dump({"spark": {"warehouse": warehouse, "conf": {}},
+                                         "tables": {"catalog": {"database": "ce_never"}}}))
+        assert sql_job.main(["--conf", str(other), "SELECT 1"]) == 2
+        assert capsys.readouterr().err.strip() == (
+            "clickeval sql: error: tables.catalog.database: spark_catalog.ce_never does not exist in the session's "
+            "catalog; run a stage with tables.catalog set (e.g. `clickeval report`) to register the tables")
     finally:
         spark.sql("USE default")
         spark.sql("DROP DATABASE IF EXISTS ce_stage CASCADE")

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 # what Spark, Ivy and the JVM print when they start (Ivy resolves Delta's jars in every embedded session)
 JVM_MARKERS = ("log4j", ":: loading settings", "Ivy Default Cache", "WARN", "WARNING:")
@@ -22,6 +24,7 @@ def _clickeval(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_an_error_is_one_line_naming_the_log_that_holds_the_jvm_output(tmp_path):
     (tmp_path / "c.yaml").write_text(json.dumps({"spark": {"warehouse": "wh", "master": "local[1]",
                                                            "conf": {"spark.ui.enabled": "false"}}}))

@@ -36,6 +36,7 @@ class Stage:
         print(f"[{_now()}] {self.name}: start (run_id={ctx.run_id}, dataset={ctx.dataset})", flush=True)
         t0 = time.perf_counter()
         try:
+            ctx.check_catalog()
             with ctx.batched_runs():
                 result = self.module.run(ctx)
             ctx.register_in_catalog()
