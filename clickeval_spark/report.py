@@ -21,7 +21,7 @@ matplotlib.use("Agg")  # no display on executors, CI or servers
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from delta.tables import DeltaTable  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import Column, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from clickeval_spark import tables  # noqa: E402
@@ -198,13 +198,20 @@ def _num(v: float | None) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"
 
 
+def collected(spark: SparkSession, warehouse: str, name: str, condition: Column,
+              columns: list[str] | None = None) -> list[dict]:
+    """The rows of result table `name` where `condition` holds (column predicates, never SQL text with values
+    spliced in), as dicts; none when no run has written the table. For the small global tables only."""
+    if not DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, name)):
+        return []
+    df = tables.read_table(spark, warehouse, name).where(condition)
+    return [r.asDict() for r in (df.select(*columns) if columns else df).collect()]
+
+
 def run_windows(spark: SparkSession, warehouse: str, run_id: str) -> dict[str, dict | None]:
     """{job: the log_date window it read (None: the whole dataset)} for the run's jobs after ingest,
     from their `runs` rows (a few dozen rows of one run)."""
-    if not DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, "runs")):
-        return {}
-    rows = (tables.read_table(spark, warehouse, "runs").where(F.col("run_id") == run_id)
-            .select("job", "details").collect())
+    rows = collected(spark, warehouse, "runs", F.col("run_id") == run_id, ["job", "details"])
     windows = {}
     for r in rows:
         details = json.loads(r["details"]) if r["details"] else {}
@@ -237,12 +244,8 @@ def build_report(spark: SparkSession, warehouse: str, run_id: str, dataset: str,
                  cutoffs: list[int]) -> str:
     """The HTML page for one run and dataset."""
     def rows_of(name: str, condition=None) -> list[dict]:
-        if not DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, name)):
-            return []
-        # column predicates, not SQL text: run_id and dataset are never spliced into a query
         condition = F.col("dataset") == dataset if condition is None else condition
-        df = tables.read_table(spark, warehouse, name).where((F.col("run_id") == run_id) & condition)
-        return [r.asDict() for r in df.collect()]
+        return collected(spark, warehouse, name, (F.col("run_id") == run_id) & condition)
 
     rows, dist = rows_of("metrics"), rows_of("distributional_metrics")
 

@@ -48,10 +48,9 @@ def check_local_inputs(cfg: AppConfig, job: str, running: Sequence[str] | None =
     (on a cluster a plain path belongs to the cluster's default file system). Other URIs (s3a://,
     hdfs://) are left to Spark; so are Hadoop brace globs ({a,b}), which Python's glob does not know.
     ``running``: the stages that will run (`run --from`), when not all of the job's."""
-    plain_is_local = cfg.spark.mode == "embedded" and "spark.hadoop.fs.defaultFS" not in cfg.spark.conf
     stages = tuple(s for s in JOB_STAGES.get(job, (job,)) if running is None or s in running)
     for key, location in input_locations(cfg, stages):
-        if not location.startswith("file:") and (is_uri(location) or not plain_is_local):
+        if not _is_local(cfg, location):
             continue
         path = _local_path(location)
         if "{" in path:
@@ -59,6 +58,13 @@ def check_local_inputs(cfg: AppConfig, job: str, running: Sequence[str] | None =
         found = glob.glob(path) if glob.has_magic(path) else os.path.exists(path)
         if not found:
             raise InputError(f"{key}: {path}: no such file or folder")
+
+
+def _is_local(cfg: AppConfig, location: str) -> bool:
+    """A file: URI, or a plain path in embedded mode without another default file system (on a cluster, or
+    with spark.hadoop.fs.defaultFS, a plain path belongs to that file system)."""
+    plain_is_local = cfg.spark.mode == "embedded" and "spark.hadoop.fs.defaultFS" not in cfg.spark.conf
+    return location.startswith("file:") or (plain_is_local and not is_uri(location))
 
 
 def _local_path(location: str) -> str:
@@ -80,8 +86,7 @@ def log_file_for(cfg: AppConfig, run_id: str, verbose: bool = False) -> str | No
         return None
     root = warehouse_root(cfg)
     folder = os.path.join(tempfile.gettempdir(), "clickeval-logs")
-    # a plain path is local unless fs.defaultFS names another file system (as check_local_inputs decides)
-    if root.startswith("file:") or not (is_uri(root) or "spark.hadoop.fs.defaultFS" in cfg.spark.conf):
+    if _is_local(cfg, root):
         local = os.path.join(_local_path(root), "_logs")
         try:   # a warehouse the user may read but not write (an analyst's `clickeval sql`): the temp folder
             os.makedirs(local, exist_ok=True)

@@ -19,12 +19,10 @@ import matplotlib
 matplotlib.use("Agg")  # no display on servers or CI
 import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
-from delta.tables import DeltaTable  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from clickeval_spark import tables  # noqa: E402
-from clickeval_spark.report import STYLE, _png  # noqa: E402
+from clickeval_spark.report import STYLE, _png, collected  # noqa: E402
 
 # (metric, cutoff, label) of each panel, in panel order; NDCG@10's panel is left out when a model has none
 PANELS = (("LL", None, "LL"), ("PPL", None, "PPL"), ("NDCG", 10, "NDCG@10"))
@@ -263,11 +261,7 @@ def read_trend_rows(spark: SparkSession, warehouse: str, dataset: str) -> tuple[
     """The dataset's metrics rows of the plotted metrics (no paired differences) and its `evaluate` rows of
     `runs`, collected: both tables hold a few rows per run. Missing tables give no rows."""
     def rows(name: str, condition, columns: list[str]) -> list[dict]:
-        if not DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, name)):
-            return []
-        # column predicates, never SQL text: the dataset is not spliced into a query
-        df = tables.read_table(spark, warehouse, name).where((F.col("dataset") == dataset) & condition)
-        return [r.asDict() for r in df.select(*columns).collect()]
+        return collected(spark, warehouse, name, (F.col("dataset") == dataset) & condition, columns)
 
     panel = F.lit(False)
     for metric, cutoff, _ in PANELS:
