@@ -27,7 +27,7 @@ import yaml
 
 from clickeval_spark.errors import ConfigError
 from clickeval_spark.models import ENGINES as FIT_ENGINES, MODELS  # the kernel registry (numpy only: no Spark at config time)
-from clickeval_spark.models.priors import DEFAULT_K_GRID, DEFAULT_WARMUP
+from clickeval_spark.models.priors import DEFAULT_K_GRID, DEFAULT_WARMUP, SEEN_MEANS
 
 # the checkout, for scripts that live in it (benchmarks/); config locations never resolve against it
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -194,9 +194,18 @@ class PriorConfig:
     k: Any = "auto"
     grid: tuple[float, ...] = DEFAULT_K_GRID
     warmup: int = DEFAULT_WARMUP   # at most this many passes pooled means follow the fit (while valid LL improves); then fixed
+    rank_means: bool = True   # pairs unseen in training take their family's pooled mean at the rank shown
+    # what seen pairs shrink toward: the family's mean, or their ranks' (models/priors.py); both: valid chooses
+    seen_means: tuple[str, ...] = ("pooled", "rank")
 
     def __post_init__(self) -> None:
         _check_strength("fit.prior.k", self.k)
+        if not isinstance(self.rank_means, bool):
+            raise ConfigError(f"fit.prior.rank_means: true or false, got {self.rank_means!r}")
+        if not self.seen_means or any(v not in SEEN_MEANS for v in self.seen_means) \
+                or len(set(self.seen_means)) < len(self.seen_means):
+            raise ConfigError(f"fit.prior.seen_means: a list of distinct values from {list(SEEN_MEANS)}, "
+                              f"got {list(self.seen_means)!r}")
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 1:
             raise ConfigError(f"fit.prior.warmup: an integer >= 1, got {self.warmup!r}")
         if not self.grid:

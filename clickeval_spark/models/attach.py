@@ -58,9 +58,18 @@ def _lookup_struct(d: Column) -> Column:
     return F.try_element_at(F.col("_qd_map"), d)
 
 
-def _field_or(p: str, default: float):
-    def fn(x: Column) -> Column:
-        return F.coalesce(x.getField(p), F.lit(float(default)))
+def _at_rank(default: float | Sequence[float], pos: Column) -> Column:
+    """The value for an unseen pair at 0-based position ``pos``: ``default`` itself, or its entry for
+    that rank (the last entry past its end)."""
+    if np.ndim(default) == 0:
+        return F.lit(float(default))
+    values = F.array(*[F.lit(float(v)) for v in default])
+    return F.element_at(values, F.least(pos + 1, F.lit(len(default))))
+
+
+def _field_or(p: str, default: float | Sequence[float]):
+    def fn(x: Column, i: Column) -> Column:
+        return F.coalesce(x.getField(p), _at_rank(default, i))
 
     return fn
 
@@ -83,11 +92,12 @@ MAP_MAX_DOCS = 300
 
 
 def attach_qd(df: DataFrame, qd: DataFrame | None, params: Sequence[str],
-              prior: dict[str, float]) -> DataFrame:
+              prior: Mapping[str, float | Sequence[float]]) -> DataFrame:
     """Add one array<double> column per qd parameter aligned with ``doc_ids``.
 
     ``qd`` = None means "no estimates yet": every rank gets ``prior[p]``.
-    Pairs missing from ``qd`` get ``prior[p]``. Output: df's columns + the
+    Pairs missing from ``qd`` get ``prior[p]``: one value, or one per rank (rank 1
+    first; the last one past its end). Output: df's columns + the
     `qd_array_col(p)` columns (rows in no particular order).
 
     Two routes, chosen per query by its number of pairs in ``qd`` (a window
@@ -121,7 +131,7 @@ def attach_qd(df: DataFrame, qd: DataFrame | None, params: Sequence[str],
 
 
 def _attach_by_size(df: DataFrame, qd: DataFrame, params: Sequence[str],
-                    prior: dict[str, float], max_map_docs: int) -> DataFrame:
+                    prior: Mapping[str, float | Sequence[float]], max_map_docs: int) -> DataFrame:
     """`attach_qd` with an explicit threshold (0: every query takes the join route)."""
     n_docs = F.count(F.lit(1)).over(Window.partitionBy("query_id"))
     sized = qd.select("query_id", "doc_id", *[F.col(p) for p in params], n_docs.alias("_qd_n"))
@@ -166,7 +176,8 @@ def _attach_by_size(df: DataFrame, qd: DataFrame, params: Sequence[str],
     )
     looked_up = imps.join(big_pairs.hint("merge"), on=["_qd_q", "_qd_d"], how="left")
     entry = F.struct(F.col("_qd_pos").alias("pos"),
-                     *[F.coalesce(F.col(f"_qd_v_{p}"), F.lit(float(prior[p]))).alias(p) for p in params])
+                     *[F.coalesce(F.col(f"_qd_v_{p}"), _at_rank(prior[p], F.col("_qd_pos"))).alias(p)
+                       for p in params])
     regrouped = looked_up.groupBy("_qd_sid").agg(
         F.first("_qd_row", ignorenulls=True).alias("_qd_row"),
         F.array_sort(F.collect_list(F.when(F.col("_qd_pos").isNotNull(), entry))).alias("_qd_vals"),
@@ -192,9 +203,9 @@ def wide_cols(fitted: Mapping[str, FittedModel]) -> list[str]:
     return [wide_col(name, p) for name, f in fitted.items() for p in f.model.qd_params]
 
 
-def wide_prior(fitted: Mapping[str, FittedModel]) -> dict[str, float]:
-    """Each `wide_col`'s value for pairs without one: its model's prior."""
-    return {wide_col(name, p): float(f.prior[p]) for name, f in fitted.items() for p in f.model.qd_params}
+def wide_prior(fitted: Mapping[str, FittedModel]) -> dict[str, list[float]]:
+    """Each `wide_col`'s values for pairs without one, by rank: its model's `FittedModel.unseen_at_ranks`."""
+    return {wide_col(name, p): f.unseen_at_ranks(p) for name, f in fitted.items() for p in f.model.qd_params}
 
 
 def wide_qd(fitted: Mapping[str, FittedModel]) -> DataFrame:
@@ -238,9 +249,9 @@ def shared_max_rank(fitted: Mapping[str, FittedModel]) -> int:
     return ranks.pop()
 
 
-def _constant(value: float):
-    def fn(d: Column) -> Column:
-        return F.lit(float(value))
+def _constant(value: float | Sequence[float]):
+    def fn(d: Column, i: Column) -> Column:
+        return _at_rank(value, i)
 
     return fn
 

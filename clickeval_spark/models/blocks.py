@@ -60,7 +60,7 @@ from pyspark.sql import types as T
 
 from clickeval_spark.models.attach import list_lengths
 from clickeval_spark.models.base import INIT_VALUE, LL_EPS, ClickModel, binned_sums
-from clickeval_spark.models.priors import FamilyPrior, log_prior, pooled_rank_means, posterior_mode
+from clickeval_spark.models.priors import EB_GRID, FamilyPrior, log_prior, pooled_rank_means, posterior_mode
 
 #: SERPs per block: enough that a task's numpy work dwarfs its scheduling cost, small
 #: enough that a block's arrays stay ~13 MB (50 bytes per SERP of 10 ranks). 262144, not 131072:
@@ -355,11 +355,15 @@ def stats_layout(model: ClickModel, M: int) -> list[tuple[str, int]]:
     block's qd values; ppl_n / ppl_ln: per rank, the held-out SERPs reaching it and
     their summed ln P(observed click) under the unconditional click probability
     (perplexity's terms; only in a pass given ``ppl_eps``); pool_<p>: pooled
-    (num, den) of qd parameter p; <global>: (num..., den...) of each global
+    (num, den) of qd parameter p; rank_<p>: the same by rank (num..., den...: the
+    rank-aware prior means); eb_<p>: p's Beta-binomial log evidence per strength of
+    `priors.EB_GRID` (only in a pass asked for it); <global>: (num..., den...) of each global
     parameter, flattened.
     """
     layout = [("ll", 1), ("n", 1), ("ll_valid", 1), ("n_valid", 1), ("lp", 1), ("ppl_n", M), ("ppl_ln", M)]
     layout += [(f"pool_{p}", 2) for p in model.qd_params]
+    layout += [(f"rank_{p}", 2 * M) for p in model.qd_params]
+    layout += [(f"eb_{p}", len(EB_GRID)) for p in model.qd_params]
     layout += [(name, 2 * int(np.prod(shape))) for name, shape in sorted(model.global_shapes(M).items())]
     return layout
 
@@ -387,8 +391,11 @@ class BlockArrays:
     n_train: int           # the first n_train rows are training rows, the rest held out
     weight: np.ndarray     # float64 (B,): how many identical SERPs each row stands for
     mask: np.ndarray       # bool (B, M): the rank exists
-    bins: np.ndarray       # intp (B, M): the pair, n_pairs (the spare bin of `base.binned_sums`) where masked
+    #: intp (B, M): the pair; n_pairs (the spare bin of `base.binned_sums`) where masked; a held-out rank
+    #: whose pair has no training impression reads its rank's prior mean, in bin n_pairs + 1 + rank
+    bins: np.ndarray
     impressions: np.ndarray   # float64 (n_pairs,): the pair's training impressions, weighted
+    rank_impressions: np.ndarray   # float64 (M,): the training impressions at each rank, weighted
     n_valid: float         # positions of the held-out rows, weighted
     const: Mapping[str, np.ndarray]   # the model's `row_constants`
 
@@ -401,8 +408,14 @@ class BlockArrays:
         mask = pair >= 0
         bins = np.where(mask, pair, n_pairs).astype(np.intp)
         w = np.broadcast_to(weight[:n_train, None], (n_train, clicks.shape[1]))
-        return cls(clicks, pair, int(n_pairs), n_train, weight, mask, bins,
-                   impressions=binned_sums(bins[:n_train].ravel(), n_pairs, w.ravel()),
+        impressions = binned_sums(bins[:n_train].ravel(), n_pairs, w.ravel())
+        held = bins[n_train:]   # a view
+        unseen = held < n_pairs
+        if n_pairs:
+            unseen &= impressions[np.where(unseen, held, 0)] == 0
+        held[unseen] = n_pairs + 1 + np.nonzero(unseen)[1]
+        return cls(clicks, pair, int(n_pairs), n_train, weight, mask, bins, impressions=impressions,
+                   rank_impressions=(weight[:n_train] @ mask[:n_train]).astype(np.float64),
                    n_valid=float(weight[n_train:] @ mask[n_train:].sum(axis=1)),
                    const=model.row_constants(clicks, mask))
 
@@ -416,7 +429,8 @@ class BlockArrays:
 def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays, state: np.ndarray | None,
              update: tuple[np.ndarray, np.ndarray] | None = None, *, estep: bool = True,
              held_out: bool = True, ppl_eps: float | None = None, slice_rows: int = SLICE_ROWS,
-             compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+             compiled: bool | None = None, eb: bool = False, seen_by_rank: bool = False
+             ) -> tuple[np.ndarray, np.ndarray]:
     """One EM pass over a block: the qd M-step of the last E-step, then the LL and a new E-step.
 
     ``state`` is float64 (3, P, n_pairs): the pairs' current values, and the
@@ -425,7 +439,9 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
     (`priors.posterior_mode`; m is the pooled mean the driver computed from every
     block's sums); None leaves the values as they are. The M-step is deferred to
     the next pass because m needs the whole log's sums. Pairs without a training
-    impression (seen only in held-out SERPs) get m.
+    impression (seen only in held-out SERPs) get m; or, with a third entry m_rank (P, M),
+    the prior mean of the rank they are shown at. ``seen_by_rank``: a pair with training
+    impressions is shrunk toward the impression-weighted mean of its ranks' m_rank instead of m.
 
     Row b stands for ``weight[b]`` identical SERPs (`fold_rows`); every sum counts
     it that many times. The first ``n_train`` rows are training data: they give the
@@ -435,7 +451,8 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
     clipped to [ppl_eps, 1 - ppl_eps] (perplexity, DESIGN §5). With ``estep`` False
     nothing new is estimated. ``compiled`` (default: the model's ``examination_cells``): the LL and
     the E-step by `compiled.examination_pass` over the whole block, instead of the numpy kernels
-    slice by slice (the perplexity terms stay numpy's).
+    slice by slice (the perplexity terms stay numpy's). ``eb``: also the Beta-binomial evidence of
+    the new E-step's counts of the pairs, under the m of ``update`` (empirical Bayes strengths).
     Returns (new state, stats vector in `stats_layout` order).
     """
     clicks, mask, spare, weight, n_train, n_pairs = (block.clicks, block.mask, block.bins, block.weight,
@@ -449,15 +466,20 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
     else:
         values, num_prev, den_prev = state[0], state[1], state[2]
     lp = 0.0
+    unseen = np.full((P, M), INIT_VALUE)
     if update is not None and P:
-        k, m = (np.asarray(a, dtype=np.float64)[:, None] for a in update)
+        k, m = (np.asarray(a, dtype=np.float64)[:, None] for a in update[:2])
         seen = block.impressions > 0
-        values = np.where(seen[None, :], posterior_mode(num_prev, den_prev, values, k, m), m)
-        lp = log_prior(values[:, seen], k, m)
-    # each pair's value, and in the spare bin one a masked rank reads (kernels ignore masked ranks)
-    padded = np.concatenate([values, np.full((P, 1), INIT_VALUE)], axis=1)
+        unseen = np.asarray(update[2], dtype=np.float64) if len(update) > 2 else np.broadcast_to(m, (P, M))
+        m_pair = _pair_means(block, unseen) if seen_by_rank else np.broadcast_to(m, (P, n_pairs))
+        values = np.where(seen[None, :], posterior_mode(num_prev, den_prev, values, k, m_pair), m)
+        lp = log_prior(values[:, seen], k, m_pair[:, seen])
+    # each pair's value; in the spare bin one a masked rank reads (kernels ignore masked ranks); then the
+    # values of held-out ranks whose pair has no training impression, by rank (`BlockArrays.bins`)
+    padded = np.concatenate([values, np.full((P, 1), INIT_VALUE), unseen], axis=1)
     qd_num = np.zeros((P, n_pairs))
     qd_den = np.zeros((P, n_pairs))
+    rank_num, rank_den = np.zeros((P, M)), np.zeros((P, M))
     g_num = {k_: np.zeros(s) for k_, s in shapes.items()}
     g_den = {k_: np.zeros(s) for k_, s in shapes.items()}
     ll = ll_valid = 0.0
@@ -474,7 +496,7 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
     scored = ([] if estep else train) + valid   # slices only scored
     if model.examination_cells if compiled is None else compiled:
         ll, ll_valid = _examination_pass(g, block, padded[0], estep, held_out, qd_num[0], g_num["gamma"],
-                                         g_den["gamma"])
+                                         g_den["gamma"], rank_num[0])
         steps = scored = []   # the compiled pass did both
     for lo, hi in steps:
         qd, c, m_, w, const = slice_of(lo, hi)
@@ -484,9 +506,13 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
         flat, w_col = spare[lo:hi].ravel(), w[:, None]
         for j, p in enumerate(params):
             num, den = st.qd[p]
-            qd_num[j] += binned_sums(flat, n_pairs, np.broadcast_to(num * w_col, m_.shape).ravel())
+            num_w = np.broadcast_to(num * w_col, m_.shape)
+            qd_num[j] += binned_sums(flat, n_pairs, num_w.ravel())
+            rank_num[j] += np.where(m_, num_w, 0.0).sum(axis=0)
             if p not in model.impression_dens:
-                qd_den[j] += binned_sums(flat, n_pairs, np.broadcast_to(den * w_col, m_.shape).ravel())
+                den_w = np.broadcast_to(den * w_col, m_.shape)
+                qd_den[j] += binned_sums(flat, n_pairs, den_w.ravel())
+                rank_den[j] += np.where(m_, den_w, 0.0).sum(axis=0)
         for k_, s in shapes.items():
             num, den = st.glob[k_]
             g_num[k_] += np.broadcast_to(np.asarray(num, dtype=np.float64), s)
@@ -510,30 +536,57 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
         for j, p in enumerate(params):
             if p in model.impression_dens:
                 qd_den[j] = block.impressions
+                rank_den[j] = block.rank_impressions
     new_state = np.stack([values, qd_num, qd_den])
     parts = [np.array([ll, float(weight[:n_train].sum()), ll_valid, block.n_valid if held_out else 0.0, lp]),
              ppl_n, ppl_ln]
     parts += [np.array([qd_num[j].sum(), qd_den[j].sum()]) for j in range(P)]
+    parts += [np.concatenate([rank_num[j], rank_den[j]]) for j in range(P)]
+    parts += [_evidence(qd_num[j], qd_den[j], m_pair[j]) if eb and estep and update is not None
+              else np.zeros(len(EB_GRID)) for j in range(P)]
     parts += [np.concatenate([g_num[k_].ravel(), g_den[k_].ravel()]) for k_ in shapes]
     return new_state, np.concatenate(parts)
 
 
+def _evidence(num: np.ndarray, den: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """The pairs' Beta-binomial log evidence per strength of `EB_GRID`, each around its prior mean m."""
+    from clickeval_spark.models.compiled import beta_binomial_evidence   # numba: see `_examination_pass`
+
+    out = np.zeros(len(EB_GRID))
+    beta_binomial_evidence(num, den, np.ascontiguousarray(m, dtype=np.float64), np.asarray(EB_GRID), out)
+    return out
+
+
+def _pair_means(block: BlockArrays, by_rank: np.ndarray) -> np.ndarray:
+    """(P, n_pairs): each pair's impression-weighted mean of ``by_rank`` (P, M) over its training ranks
+    (INIT_VALUE for a pair without one)."""
+    n, M = block.n_train, block.clicks.shape[1]
+    bins = block.bins[:n].ravel()
+    w = np.broadcast_to(block.weight[:n, None], (n, M))
+    sums = np.stack([binned_sums(bins, block.n_pairs, (w * row[None, :]).ravel()) for row in by_rank])
+    seen = block.impressions > 0
+    return np.where(seen[None, :], sums / np.where(seen, block.impressions, 1.0)[None, :], INIT_VALUE)
+
+
 def _examination_pass(g: Mapping[str, np.ndarray], block: BlockArrays, alpha: np.ndarray, estep: bool, held_out: bool,
-                      alpha_num: np.ndarray, gamma_num: np.ndarray, gamma_den: np.ndarray) -> tuple[float, float]:
+                      alpha_num: np.ndarray, gamma_num: np.ndarray, gamma_den: np.ndarray,
+                      alpha_rank_num: np.ndarray) -> tuple[float, float]:
     """(training LL, held-out LL or 0 without ``held_out``) of an examination model's block
     (`compiled.examination_pass`); with ``estep`` the training rows' E-step sums are added to
-    alpha_num (n_pairs,), gamma_num and gamma_den."""
+    alpha_num (n_pairs,), gamma_num, gamma_den and alpha_rank_num (M,)."""
     # imported here: numba costs a process ~125 MB and 0.3 s, and only processes that run EM passes need it
     from clickeval_spark.models.compiled import examination_pass
 
     gamma = np.asarray(g["gamma"], dtype=np.float64)
     exam = np.append(gamma.ravel(), 0.0)   # the spare cell: masked ranks
-    a_num, e_num, e_den = np.zeros(block.n_pairs + 1), np.zeros(exam.size), np.zeros(exam.size)
+    a_num, e_num, e_den = np.zeros(alpha.size), np.zeros(exam.size), np.zeros(exam.size)
+    r_num = np.zeros(block.clicks.shape[1])
     rows = (alpha, block.bins, block.const["cell"], block.clicks, block.mask, block.weight, exam)
-    ll = examination_pass(*rows, 0, block.n_train, estep, LL_EPS, a_num, e_num, e_den)
-    ll_valid = (examination_pass(*rows, block.n_train, len(block.weight), False, LL_EPS, a_num, e_num, e_den)
+    ll = examination_pass(*rows, 0, block.n_train, estep, LL_EPS, a_num, e_num, e_den, r_num)
+    ll_valid = (examination_pass(*rows, block.n_train, len(block.weight), False, LL_EPS, a_num, e_num, e_den, r_num)
                 if held_out else 0.0)
-    alpha_num += a_num[:-1]
+    alpha_num += a_num[:block.n_pairs]
+    alpha_rank_num += r_num
     gamma_num += e_num[:-1].reshape(gamma.shape)
     gamma_den += e_den[:-1].reshape(gamma.shape)
     return ll, ll_valid
@@ -551,6 +604,8 @@ class PassPlan:
     group: the packed log's group the candidate is fitted on (`BlockGroup`).
     ppl_eps: also score the held-out SERPs' perplexity terms (`em_block`).
     held_out: score the held-out SERPs at all (the driver asks only when it reads their LL).
+    eb: also sum the Beta-binomial evidence of the qd families (`em_block`).
+    seen_by_rank: pairs seen in training shrink toward their ranks' mean (`em_block`).
     """
 
     mode: str
@@ -559,6 +614,8 @@ class PassPlan:
     group: int = 0
     ppl_eps: float | None = None
     held_out: bool = True
+    eb: bool = False
+    seen_by_rank: bool = False
 
 
 def _group_of(block: int, first_blocks: tuple[int, ...]) -> int:
@@ -594,7 +651,8 @@ def block_pass(model: ClickModel, plans: list[PassPlan], lanes: list[list[int]],
             continue
         new[slot], vec[c * size:(c + 1) * size] = em_block(
             model, plan.g, arrays, None if state is None else state[slot], plan.update,
-            estep=plan.mode == "step", held_out=plan.held_out, ppl_eps=plan.ppl_eps)
+            estep=plan.mode == "step", held_out=plan.held_out, ppl_eps=plan.ppl_eps, eb=plan.eb,
+            seen_by_rank=plan.seen_by_rank)
     return new, vec
 
 

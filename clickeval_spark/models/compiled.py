@@ -24,6 +24,7 @@ the home directory of whatever user runs the executors.
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -37,13 +38,15 @@ _CACHE = os.access(os.path.dirname(os.path.abspath(__file__)), os.W_OK)
 @njit(cache=_CACHE, nogil=True)
 def examination_pass(alpha: np.ndarray, pairs: np.ndarray, cells: np.ndarray, clicks: np.ndarray,
                      mask: np.ndarray, weight: np.ndarray, exam: np.ndarray, lo: int, hi: int, estep: bool,
-                     eps: float, alpha_num: np.ndarray, exam_num: np.ndarray, exam_den: np.ndarray) -> float:
+                     eps: float, alpha_num: np.ndarray, exam_num: np.ndarray, exam_den: np.ndarray,
+                     alpha_rank_num: np.ndarray) -> float:
     """Rows lo..hi-1 of a block: their weighted LL sum; with ``estep`` their E-step sums added in place.
 
     alpha (n_pairs + 1,): each pair's attractiveness (any value in the spare entry);
     pairs, cells (B, M): a rank's pair and gamma cell; exam (n_cells + 1,): gamma flattened, 0 in the
     spare cell; weight (B,) float64: SERPs per row. alpha_num (n_pairs + 1,) gets P(A_r = 1 | C),
-    exam_num / exam_den (n_cells + 1,) get P(E_r = 1 | C) and the impressions, each times the weight.
+    exam_num / exam_den (n_cells + 1,) get P(E_r = 1 | C) and the impressions, each times the weight;
+    alpha_rank_num (M,) gets P(A_r = 1 | C) by rank (the pooled per-rank prior means).
     """
     M = clicks.shape[1]
     total = 0.0
@@ -61,11 +64,14 @@ def examination_pass(alpha: np.ndarray, pairs: np.ndarray, cells: np.ndarray, cl
                 q = p
                 if estep:
                     alpha_num[pair] += w
+                    alpha_rank_num[r] += w
                     exam_num[cell] += w
             else:
                 q = 1.0 - p
                 if estep and q > 0.0:   # a skip: not examined, or examined and not attracted
-                    alpha_num[pair] += a * (1.0 - e) / q * w
+                    post = a * (1.0 - e) / q * w
+                    alpha_num[pair] += post
+                    alpha_rank_num[r] += post
                     exam_num[cell] += e * (1.0 - a) / q * w
             if estep:
                 exam_den[cell] += w
@@ -75,3 +81,25 @@ def examination_pass(alpha: np.ndarray, pairs: np.ndarray, cells: np.ndarray, cl
                 prod = 1.0
         total += (ll + np.log(prod)) * w
     return total
+
+
+@njit(cache=_CACHE, nogil=True)
+def beta_binomial_evidence(num: np.ndarray, den: np.ndarray, m: np.ndarray, grid: np.ndarray,
+                           out: np.ndarray) -> None:
+    """Adds to out[j], for the prior strength k = grid[j], the Beta-binomial log evidence of the counts:
+    sum_i ln B(num_i + k m_i, den_i - num_i + k (1 - m_i)) - ln B(k m_i, k (1 - m_i)).
+
+    Expected (real) counts are allowed: the Beta function is defined for real arguments. Items
+    without a count add nothing; m is kept inside (1e-9, 1 - 1e-9).
+    """
+    for i in range(num.size):
+        a = num[i]
+        b = max(den[i] - a, 0.0)
+        if a + b <= 0.0:
+            continue
+        mi = min(max(m[i], 1e-9), 1.0 - 1e-9)
+        for j in range(grid.size):
+            k = grid[j]
+            p, q = k * mi, k * (1.0 - mi)
+            out[j] += (math.lgamma(a + p) + math.lgamma(b + q) - math.lgamma(a + b + k)
+                       - math.lgamma(p) - math.lgamma(q) + math.lgamma(k))

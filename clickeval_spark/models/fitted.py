@@ -24,8 +24,10 @@ class FittedModel:
              the training log). Empty of columns but the keys for models with no
              qd parameters.
     glob:    per-rank / global parameters, shapes ``model.global_shapes(max_rank)``.
-    prior:   qd parameter -> value used for (query, doc) pairs unseen in
-             training: its family's prior mean m (see spark_em's module docstring).
+    prior:   qd parameter -> its family's prior mean m (see spark_em's module
+             docstring): the relevance of (query, doc) pairs unseen in training.
+    prior_by_rank: qd parameter -> the value such a pair takes at each rank 1..max_rank when
+             clicks are predicted or drawn (the rank's pooled mean; empty: ``prior`` at every rank).
     history: (iteration, mean per-SERP training LL, seconds); iteration 0 is the
              starting point.
     """
@@ -35,6 +37,7 @@ class FittedModel:
     qd: DataFrame
     glob: dict[str, np.ndarray]
     prior: dict[str, float]
+    prior_by_rank: dict[str, list[float]] = field(default_factory=dict)
     history: list[tuple[int, float, float]] = field(default_factory=list)
     #: the estimator, enough to reproduce the fit: kind, and per family with a prior its k and m
     prior_spec: dict = field(default_factory=dict)
@@ -47,6 +50,10 @@ class FittedModel:
     #: per rank, the held-out SERPs reaching it and their summed ln P(observed click) under p_click
     #: (`spark_em.fit_groups` with ``ppl_eps``: the surrogate's Reverse PPL terms; None otherwise)
     held_out_ppl: tuple[np.ndarray, np.ndarray] | None = None
+
+    def unseen_at_ranks(self, p: str) -> list[float]:
+        """The value of qd parameter ``p`` for a pair unseen in training, at ranks 1..max_rank."""
+        return [float(v) for v in self.prior_by_rank.get(p) or [self.prior[p]] * self.max_rank]
 
     # The methods import their modules when called: those modules build FittedModels themselves.
 

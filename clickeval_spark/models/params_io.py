@@ -14,8 +14,9 @@ prev_click_rank, value, n_obs):
   ``<name><i>``, i = 1.. (tau1, tau2, tau3);
 - the prior (every key null), enough to reproduce the estimator
   (models/priors.py): ``prior_<family>`` = its mean m (for a qd family, the
-  value of (query, doc) pairs unseen in training; for a global family only
-  when it has a prior, one row per rank (rank set) when m is pooled per rank),
+  relevance of (query, doc) pairs unseen in training, and one row per rank (rank
+  set) with the value such a pair takes there; for a global family only when it
+  has a prior, one row per rank when m is pooled per rank),
   ``prior_strength_<family>`` = its strength k (0: plain ratio), and one row
   ``prior_kind:<none|pyclick|beta|mixed>`` of value 1.
 
@@ -71,6 +72,8 @@ def to_param_rows(fitted: FittedModel, run_id: str) -> DataFrame:
         small += _global_rows(run_id, fitted.model, g_name, arr, fitted.max_rank)
     for p, v in sorted(fitted.prior.items()):
         small.append((run_id, name, PRIOR_PREFIX + p, None, None, None, None, float(v), None))
+        small += [(run_id, name, PRIOR_PREFIX + p, None, None, r + 1, None, m, None)
+                  for r, m in enumerate(fitted.unseen_at_ranks(p))]
     spec = fitted.prior_spec
     if spec:
         small.append((run_id, name, KIND_PREFIX + spec["kind"], None, None, None, None, 1.0, None))
@@ -116,6 +119,7 @@ def from_param_rows(df: DataFrame, model: ClickModel, run_id: str, max_rank: int
     scalar_slots = {f"{k}{i + 1}": (k, i) for k, s in shapes.items()
                     if len(s) == 1 and not is_per_rank(model, k, M) for i in range(s[0])}
     prior: dict[str, float] = {}
+    by_rank: dict[str, list] = {}
     spec: dict = {"kind": None, "families": {}}
     for r in glob_rows:
         param = r["param"]
@@ -131,6 +135,10 @@ def from_param_rows(df: DataFrame, model: ClickModel, run_id: str, max_rank: int
                 ranks = fam.setdefault("m", [])
                 ranks.extend([None] * (r["rank"] - len(ranks)))
                 ranks[r["rank"] - 1] = float(r["value"])
+        elif param.startswith(PRIOR_PREFIX) and param[len(PRIOR_PREFIX):] in params and r["rank"] is not None:
+            ranks = by_rank.setdefault(param[len(PRIOR_PREFIX):], [None] * M)
+            if 1 <= r["rank"] <= M:
+                ranks[r["rank"] - 1] = float(r["value"])
         elif param.startswith(PRIOR_PREFIX) and param[len(PRIOR_PREFIX):] in params:
             prior[param[len(PRIOR_PREFIX):]] = float(r["value"])
             spec["families"].setdefault(param[len(PRIOR_PREFIX):], {})["m"] = float(r["value"])
@@ -145,7 +153,8 @@ def from_param_rows(df: DataFrame, model: ClickModel, run_id: str, max_rank: int
                 arr[r["rank"] - 1] = r["value"]
             else:
                 arr[r["rank"] - 1, r["prev_click_rank"]] = r["value"]
-    missing = [k for k, a in glob.items() if np.isnan(a).any()] + [p for p in params if p not in prior]
+    missing = ([k for k, a in glob.items() if np.isnan(a).any()] + [p for p in params if p not in prior]
+               + [f"{PRIOR_PREFIX}{p} by rank" for p, ranks in by_rank.items() if None in ranks])
     if missing:
         raise ValueError(f"model_params of run {run_id!r}, model {model.name!r} lack values for {missing} "
                          f"(max_rank={M})")
@@ -160,7 +169,7 @@ def from_param_rows(df: DataFrame, model: ClickModel, run_id: str, max_rank: int
         )
     else:
         qd = df.sparkSession.createDataFrame([], "query_id string, doc_id string, n_obs double")
-    return FittedModel(model=model, max_rank=M, qd=qd, glob=glob, prior=prior, history=[],
+    return FittedModel(model=model, max_rank=M, qd=qd, glob=glob, prior=prior, prior_by_rank=by_rank, history=[],
                        prior_spec=spec if spec["kind"] else {})
 
 

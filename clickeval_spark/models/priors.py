@@ -16,19 +16,26 @@ PBM's gamma):
                in every update (a Beta(2, 2) posterior mode); unseen pairs 0.5.
 - ``beta``:    qd families shrink toward their pooled mean m (sum of num over
                sum of den of the same E-step, over every training pair), with a
-               strength k chosen on the valid split (`k: auto`) or fixed. A
+               strength k chosen on the valid split (`k: auto`) or fixed. `k: auto`
+               also tries empirical Bayes: each family its own k, the one that
+               maximises the Beta-binomial evidence of its expected counts
+               (`EB_GRID`; no held-out data needed), and the valid split decides
+               between that candidate and the shared strengths of the grid. A
                per-rank family with several cells per rank (UBM's examination
                per (rank, rank of the last click)) shrinks each cell toward its
                rank's pooled mean with the same k. Other global families stay
                the plain ratio: a per-rank value's or a scalar's pooled mean is
                itself, where the posterior mode equals the ratio anyway.
 
-A (query, doc) pair unseen in training gets m: the posterior mode with no data.
+A (query, doc) pair unseen in training gets its family's pooled mean at the rank it is
+shown at (``rank_means``, the default: rank-1 click-through on the TREC sample is ten times
+rank 10's, and a model without its own position parameter would otherwise give an unseen pair
+the same attractiveness at both), or m.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -36,6 +43,7 @@ import numpy as np
 from clickeval_spark.models.base import INIT_VALUE, ClickModel
 
 PRIOR_KINDS = ("none", "pyclick", "beta")
+SEEN_MEANS = ("pooled", "rank")
 #: the strength grid searched by `k: auto` (pseudo-impressions), log-spaced
 DEFAULT_K_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 #: the strength used by `k: auto` when the fit has no valid split to choose on.
@@ -44,6 +52,8 @@ DEFAULT_K_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 DEFAULT_K = 4.0
 # passes during which pooled prior means follow the fit; after them m is fixed (see spark_em.fit)
 DEFAULT_WARMUP = 20
+#: the strengths empirical Bayes chooses from, per family: 0.25 * sqrt(2)^j up to 4096
+EB_GRID = tuple(0.25 * 2 ** (j / 2) for j in range(29))
 #: PyClick's estimator: +1 / +2 in every update
 PYCLICK_K, PYCLICK_M = 2.0, 0.5
 _LOG_EPS = 1e-12
@@ -63,19 +73,39 @@ class ModelPrior:
 
     ``kind`` names where they came from (none / pyclick / beta, or "mixed" when
     families were configured differently); ``auto`` lists the families whose
-    strength is chosen on the valid split (their k here is a placeholder).
+    strength is chosen on the valid split (their k here is a placeholder);
+    ``eb`` the families whose strength is their empirical Bayes estimate, updated
+    by the fit while their prior means are.
     """
 
     kind: str
     qd: Mapping[str, FamilyPrior]
     glob: Mapping[str, FamilyPrior]
     auto: tuple[str, ...] = ()
+    #: pairs unseen in training take their pooled qd family's mean at the rank they are shown at
+    rank_means: bool = True
+    eb: tuple[str, ...] = ()
+    #: what a seen pair of a pooled qd family is shrunk toward, one variant per candidate fit: "pooled" (m) or
+    #: "rank" (the impression-weighted mean of its ranks' means); several: the valid split chooses
+    seen_means: tuple[str, ...] = ("pooled",)
 
+    @property
+    def seen_by_rank(self) -> bool:
+        """Seen pairs shrink toward their ranks' means (the first variant, when the fit does not choose)."""
+        return self.seen_means[0] == "rank"
     def with_k(self, k: float) -> "ModelPrior":
         """This prior with strength ``k`` in every auto family."""
-        qd = {p: FamilyPrior(k, f.m) if p in self.auto else f for p, f in self.qd.items()}
-        glob = {p: FamilyPrior(k, f.m) if p in self.auto else f for p, f in self.glob.items()}
-        return ModelPrior(self.kind, qd, glob, ())
+        return self.with_strengths({p: k for p in self.auto})
+
+    def with_eb(self) -> "ModelPrior":
+        """This prior with every auto family's strength left to empirical Bayes (`DEFAULT_K` until estimated)."""
+        return replace(self.with_k(DEFAULT_K), eb=self.auto)
+
+    def with_strengths(self, ks: Mapping[str, float]) -> "ModelPrior":
+        """This prior with family f's strength ks[f]; no family left to the valid split."""
+        qd = {p: FamilyPrior(float(ks[p]), f.m) if p in ks else f for p, f in self.qd.items()}
+        glob = {p: FamilyPrior(float(ks[p]), f.m) if p in ks else f for p, f in self.glob.items()}
+        return replace(self, qd=qd, glob=glob, auto=())
 
     def qd_arrays(self, params: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(k, fixed m or NaN where pooled), each (P,), in ``params`` order."""
@@ -105,7 +135,8 @@ def _pooled_global(model: ClickModel, name: str, M: int) -> bool:
 
 
 def model_prior(model: ClickModel, M: int, kind: str = "beta", k: float | str = "auto",
-                overrides: Mapping[str, tuple[str, float | str]] | None = None) -> ModelPrior:
+                overrides: Mapping[str, tuple[str, float | str]] | None = None,
+                rank_means: bool = True, seen_means: Sequence[str] = ("pooled",)) -> ModelPrior:
     """Resolve a model's priors: ``kind`` / ``k`` for every family, ``overrides`` per family name."""
     overrides = overrides or {}
     kinds: set[str] = set()
@@ -120,7 +151,11 @@ def model_prior(model: ClickModel, M: int, kind: str = "beta", k: float | str = 
 
     qd = {p: one(p, True) for p in model.qd_params}
     glob = {g: one(g, _pooled_global(model, g, M)) for g in sorted(model.global_shapes(M))}
-    return ModelPrior(kinds.pop() if len(kinds) == 1 else "mixed", qd, glob, tuple(auto))
+    bad = sorted(set(seen_means) - set(SEEN_MEANS))
+    if bad or not seen_means:
+        raise ValueError(f"seen_means: one or more of {SEEN_MEANS}, got {list(seen_means)}")
+    return ModelPrior(kinds.pop() if len(kinds) == 1 else "mixed", qd, glob, tuple(auto), rank_means,
+                      seen_means=tuple(seen_means))
 
 
 def posterior_mode(num: np.ndarray, den: np.ndarray, prev: np.ndarray, k, m) -> np.ndarray:
@@ -149,6 +184,20 @@ def pooled_rank_means(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     axes = tuple(range(1, num.ndim))
     n, d = num.sum(axis=axes, keepdims=True), den.sum(axis=axes, keepdims=True)
     return np.where(d > 0, n / np.where(d > 0, d, 1.0), INIT_VALUE)
+
+
+def pooled_rank_mean(sums: np.ndarray, fallback: float) -> np.ndarray:
+    """A qd family's pooled mean by rank from its (num..., den...) rank sums; ``fallback`` at ranks never shown."""
+    num, den = np.split(np.asarray(sums, dtype=np.float64), 2)
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), fallback)
+
+
+def eb_strength(evidence: np.ndarray) -> float | None:
+    """The `EB_GRID` strength with the largest log evidence (the first on a tie); None without evidence."""
+    evidence = np.asarray(evidence, dtype=np.float64)
+    if not evidence.any() or not np.isfinite(evidence).all():
+        return None
+    return float(EB_GRID[int(np.argmax(evidence))])
 
 
 def pooled_mean(num: float, den: float) -> float:

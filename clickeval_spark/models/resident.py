@@ -98,7 +98,8 @@ def encode_plans(plans: list[PassPlan] | None) -> bytes:
     return json.dumps({"command": "pass", "plans": [
         {"mode": p.mode, "g": {k: _array(v) for k, v in p.g.items()},
          "update": None if p.update is None else [_array(a) for a in p.update],
-         "group": p.group, "ppl_eps": p.ppl_eps, "held_out": p.held_out} for p in plans]}).encode()
+         "group": p.group, "ppl_eps": p.ppl_eps, "held_out": p.held_out, "eb": p.eb,
+         "seen_by_rank": p.seen_by_rank} for p in plans]}).encode()
 
 
 def decode_plans(buf) -> list[PassPlan] | None:
@@ -107,7 +108,7 @@ def decode_plans(buf) -> list[PassPlan] | None:
         return None
     return [PassPlan(p["mode"], {k: _unarray(v) for k, v in p["g"].items()},
                      None if p["update"] is None else tuple(_unarray(a) for a in p["update"]), p["group"], p["ppl_eps"],
-                     p["held_out"])
+                     p["held_out"], p["eb"], p["seen_by_rank"])
             for p in msg["plans"]]
 
 

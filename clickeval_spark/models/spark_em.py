@@ -69,7 +69,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -83,8 +83,8 @@ from clickeval_spark.models.blocks import (PackedLog, PassPlan, checkpointed, gl
                                            release, run_iteration)
 from clickeval_spark.models.fitted import FittedModel
 from clickeval_spark.models.resident import EngineLost, ResidentPasses, cluster_slots
-from clickeval_spark.models.priors import (DEFAULT_K, DEFAULT_K_GRID, DEFAULT_WARMUP, ModelPrior, log_prior,
-                                           model_prior, pooled_mean)
+from clickeval_spark.models.priors import (DEFAULT_K, DEFAULT_K_GRID, DEFAULT_WARMUP, EB_GRID, ModelPrior, eb_strength,
+                                           log_prior, model_prior, pooled_mean, pooled_rank_mean, pooled_rank_means)
 
 _log = logging.getLogger(__name__)
 
@@ -115,8 +115,9 @@ class _Candidate:
     g: dict[str, np.ndarray]
     group: int = 0
     g_means: dict[str, np.ndarray] = field(default_factory=dict)   # the prior means that produced g
-    update: tuple[np.ndarray, np.ndarray] | None = None
+    update: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None   # (k, m, m by rank) of the next qd M-step
     unseen: dict[str, float] = field(default_factory=dict)
+    unseen_by_rank: dict[str, list[float]] = field(default_factory=dict)
     history: list[tuple[int, float, float]] = field(default_factory=list)
     posterior: list[float] = field(default_factory=list)
     compare_from: int | None = None   # first posterior entry under the final prior (None: m still moving)
@@ -125,10 +126,14 @@ class _Candidate:
     done: int = 0
     pending_secs: float = 0.0   # wall time of the pass that produced the current parameters
 
+    choice: float | str | None = None   # the grid entry this candidate stands for (a strength, or "eb")
+
     @property
     def label(self) -> str:
         ks = sorted({f.k for f in self.prior.qd.values()})
-        return (f"group {self.group} " if self.group else "") + ("k=" + ",".join(f"{k:g}" for k in ks) if ks else "-")
+        text = "eb" if self.choice == "eb" else "k=" + ",".join(f"{k:g}" for k in ks) if ks else "-"
+        text += " seen->rank" if self.prior.seen_by_rank else ""
+        return (f"group {self.group} " if self.group else "") + text
 
     @property
     def means_text(self) -> str:
@@ -136,18 +141,59 @@ class _Candidate:
         return " ".join(f"{p}={m:.4f}" for p, m in self.unseen.items())
 
 
-def _qd_update(cand: _Candidate, model: ClickModel, sums: dict[str, np.ndarray], frozen: bool) -> None:
-    """The next pass's qd M-step: (k, m) per family, m pooled from these sums where not fixed
-    (or, once ``frozen``, the pooled m the warm-up ended with)."""
+def _qd_update(cand: _Candidate, model: ClickModel, sums: dict[str, np.ndarray], frozen: bool, M: int) -> None:
+    """The next pass's qd M-step: (k, m, m by rank) per family, m pooled from these sums where not fixed
+    (or, once ``frozen``, the pooled means the warm-up ended with). m by rank is what a pair unseen in
+    training takes at each rank: its rank's pooled mean with ``rank_means``, else m."""
     params = model.qd_params
     k, m = cand.prior.qd_arrays(params)
+    fixed = ~np.isnan(m)
     if frozen and cand.update is not None:
-        pooled = cand.update[1]
+        pooled, by_rank = cand.update[1], cand.update[2]
     else:
-        pooled = np.array([pooled_mean(*sums[f"pool_{p}"]) for p in params])
-    m = np.where(np.isnan(m), pooled, m)
-    cand.update = (k, m)
-    cand.unseen = {p: float(m[j]) for j, p in enumerate(params)}
+        pooled = np.where(fixed, m, [pooled_mean(*sums[f"pool_{p}"]) for p in params])
+        by_rank = np.broadcast_to(pooled[:, None], (len(params), M)).copy()
+        if cand.prior.rank_means:
+            for j, p in enumerate(params):
+                if not fixed[j]:
+                    by_rank[j] = pooled_rank_mean(sums[f"rank_{p}"], pooled[j])
+    cand.update = (k, pooled, by_rank)
+    cand.unseen = {p: float(pooled[j]) for j, p in enumerate(params)}
+    cand.unseen_by_rank = {p: by_rank[j].tolist() for j, p in enumerate(params)}
+
+
+def _candidate_prior(prior: ModelPrior, k: float | str | None) -> ModelPrior:
+    """The prior of the candidate for grid entry ``k``: "eb", every auto family's strength by empirical Bayes;
+    a number, that strength for the qd families, and empirical Bayes for the pooled global ones (UBM's
+    examination cells: a few dozen cells with thousands of impressions each, whose own strength need not
+    be the attractiveness's); None, ``prior`` as it is."""
+    if k is None:
+        return prior
+    if k == "eb":
+        return prior.with_eb()
+    return replace(prior.with_k(k), eb=tuple(f for f in prior.auto if f in prior.glob))
+
+
+def _eb_update(cand: _Candidate, model: ClickModel, M: int, sums: dict[str, np.ndarray]) -> None:
+    """An empirical Bayes candidate's strengths from this pass's counts: each qd family's from its pairs'
+    evidence (summed by the blocks), each pooled global family's from its cells around their rank's mean."""
+    ks = {}
+    for p in cand.prior.eb:
+        if p in model.qd_params:
+            evidence = sums[f"eb_{p}"]
+        else:   # a per-rank global family of several cells per rank (UBM's gamma): a few dozen cells
+            from clickeval_spark.models.compiled import beta_binomial_evidence
+
+            size = int(np.prod(model.global_shapes(M)[p]))
+            num, den = sums[p][:size].reshape(-1, size // M), sums[p][size:].reshape(-1, size // M)
+            m = np.broadcast_to(pooled_rank_means(num, den), num.shape)
+            evidence = np.zeros(len(EB_GRID))
+            beta_binomial_evidence(num.ravel(), den.ravel(), np.ascontiguousarray(m).ravel(), np.asarray(EB_GRID),
+                                   evidence)
+        k = eb_strength(evidence)
+        if k is not None:
+            ks[p] = k
+    cand.prior = replace(cand.prior.with_strengths(ks), eb=cand.prior.eb)
 
 
 def fit(serps: DataFrame | PackedLog, model: ClickModel, *, iterations: int = 20, tol: float | None = None,
@@ -240,15 +286,21 @@ def _fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int, tol: f
                 k_grid: Sequence[float], prior_warmup: int, log: logging.Logger, checkpoint_interval: int,
                 select_on_held_out: bool, ppl_eps: float | None, resident_tasks: int) -> list[FittedModel]:
     M = packed.max_rank
-    passes = iterations if model.iterative else 1
     prior = prior or model_prior(model, M)
     init = {k: np.asarray(v, dtype=np.float64) for k, v in model.init_global(M).items()}
     grids, cands = [], []
     for g, group in enumerate(packed.groups):
-        grid = list(k_grid) if prior.auto and group.n_held_out and select_on_held_out else [DEFAULT_K]
+        selecting = prior.auto and group.n_held_out and select_on_held_out
+        # the valid split decides between the shared strengths of the grid and empirical Bayes, and between
+        # the seen pairs' prior means
+        variants = prior.seen_means if selecting else prior.seen_means[:1]
+        grid = [(k, v) for v in variants for k in ([*k_grid, "eb"] if selecting else [DEFAULT_K])]
         grids.append(grid)
-        cands += [_Candidate(prior=p, g=dict(init), group=g, unseen={q: INIT_VALUE for q in model.qd_params})
-                  for p in ([prior.with_k(k) for k in grid] if prior.auto else [prior])]
+        cands += [_Candidate(prior=replace(_candidate_prior(prior, k), seen_means=(v,)), g=dict(init), group=g,
+                             choice=k, unseen={q: INIT_VALUE for q in model.qd_params})
+                  for k, v in (grid if prior.auto else [(None, variants[0])])]
+    # a counting model's empirical Bayes strengths need the pooled means of a first pass: one more
+    passes = iterations if model.iterative else 2 if any(c.prior.eb for c in cands) else 1
     # pooled prior means are fixed after the warm-up (module docstring); fixed ones have no prior term at iteration 0
     pooled = any(f.k > 0 and f.m is None for c in cands for f in (*c.prior.qd.values(), *c.prior.glob.values()))
     for c in cands:
@@ -292,7 +344,9 @@ def _fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int, tol: f
             t0 = time.perf_counter()
             # the held-out LL is read only while it may end a candidate's warm-up (and after the last pass)
             all_sums = one_pass([PassPlan("step" if c.active else "hold", c.g, c.update, c.group,
-                                          held_out=select_on_held_out and c.compare_from is None) for c in cands])
+                                          held_out=select_on_held_out and c.compare_from is None,
+                                          eb=bool(c.prior.eb) and c.compare_from is None,
+                                          seen_by_rank=c.prior.seen_by_rank) for c in cands])
             secs = time.perf_counter() - t0
             for c, sums in zip(cands, all_sums):
                 if sums is None:
@@ -307,13 +361,17 @@ def _fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int, tol: f
                     c.compare_from = len(post) - 1
                     log.info("%s %s prior means fixed after pass %d: %s", model.name, c.label, it - 1,
                              c.means_text)
+                if c.prior.eb and c.compare_from is None:   # strengths are fixed with the means
+                    _eb_update(c, model, M, sums)
                 frozen = c.compare_from is not None and pooled
                 c.g, c.g_means = global_params(model, M, sums, c.g, c.prior.glob,
                                                c.g_means if frozen else None)
-                _qd_update(c, model, sums, frozen)
+                _qd_update(c, model, sums, frozen, M)
                 c.done, c.pending_secs = it, secs
                 if converged:
                     log.info("%s %s converged: |d log posterior| < %g per SERP", model.name, c.label, tol)
+                    c.active = False
+                elif not model.iterative and not c.prior.eb:   # counted; only eb candidates count again
                     c.active = False
             if not any(c.active for c in cands):
                 break
@@ -323,7 +381,8 @@ def _fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int, tol: f
                 blocks = checkpointed(blocks)
                 log.info("%s pass %d checkpointed: %.2f s", model.name, it, time.perf_counter() - t0)
         t0 = time.perf_counter()
-        final = one_pass([PassPlan("score", c.g, c.update, c.group, ppl_eps) for c in cands])
+        final = one_pass([PassPlan("score", c.g, c.update, c.group, ppl_eps, seen_by_rank=c.prior.seen_by_rank)
+                          for c in cands])
         if engine is not None:
             blocks = engine.finish()
         log.info("%s final pass: %.2f s", model.name, time.perf_counter() - t0)
@@ -350,26 +409,38 @@ def _fit_groups(packed: PackedLog, model: ClickModel, *, iterations: int, tol: f
         best, grid = cands[mine[slot]], grids[g]
         selection = None
         if len(mine) > 1:
-            selection = {"grid": [{"k": k, "valid_ll": cands[i].valid_ll, "iterations": cands[i].done}
-                                  for k, i in zip(grid, mine)],
-                         "chosen_k": grid[slot], "n_valid_serps": packed.groups[g].n_held_out}
-            log.info("%s prior strength by valid LL per position: %s -> k=%g", model.name,
-                     ", ".join(f"k={k:g}: {cands[i].valid_ll:.6f}" for k, i in zip(grid, mine)), grid[slot])
+            selection = {"grid": [{"k": k, "seen_means": v, "valid_ll": cands[i].valid_ll,
+                                   "iterations": cands[i].done,
+                                   **({"strengths": _strengths(cands[i].prior)} if k == "eb" else {})}
+                                  for (k, v), i in zip(grid, mine)],
+                         "chosen_k": grid[slot][0], "chosen_seen_means": grid[slot][1],
+                         "n_valid_serps": packed.groups[g].n_held_out}
+            log.info("%s prior strength by valid LL per position: %s -> %s", model.name,
+                     ", ".join(f"{cands[i].label}: {cands[i].valid_ll:.6f}" for i in mine), cands[mine[slot]].label)
         qd = qd_all if len(packed.groups) == 1 else qd_all.where(F.col("group") == g)
         out.append(_fitted(model, M, best, prior, qd.drop("group"), selection,
                            (final[mine[slot]]["ppl_n"], final[mine[slot]]["ppl_ln"]) if ppl_eps is not None else None))
     return out
 
 
+def _strengths(prior: ModelPrior) -> dict[str, float]:
+    """The empirical Bayes strength of each family of an eb candidate."""
+    fams = {**prior.qd, **prior.glob}
+    return {p: fams[p].k for p in prior.eb}
+
+
 def _fitted(model: ClickModel, M: int, chosen: _Candidate, prior: ModelPrior, qd: DataFrame, selection: dict | None,
             held_out_ppl: tuple[np.ndarray, np.ndarray] | None) -> FittedModel:
-    spec = {"kind": prior.kind,
-            "families": {**{p: {"k": f.k, "m": chosen.unseen[p], "pooled": f.m is None}
+    spec = {"kind": prior.kind, "strengths": "eb" if chosen.choice == "eb" else "grid" if prior.auto else "fixed",
+            "seen_means": chosen.prior.seen_means[0],
+            "families": {**{p: {"k": f.k, "m": chosen.unseen[p], "pooled": f.m is None,
+                                "m_by_rank": chosen.unseen_by_rank.get(p)}
                             for p, f in chosen.prior.qd.items()},
                          **{name: {"k": f.k, "m": chosen.g_means[name].ravel().tolist() if f.m is None else f.m,
                                    "pooled": f.m is None}
                             for name, f in chosen.prior.glob.items() if f.k > 0}}}
     return FittedModel(model=model, max_rank=M, qd=qd, glob=chosen.g, prior=dict(chosen.unseen),
+                       prior_by_rank=dict(chosen.unseen_by_rank),
                        history=chosen.history, prior_spec=spec, selection=selection,
                        log_posterior=chosen.posterior,
                        valid_ll=None if math.isnan(chosen.valid_ll) else chosen.valid_ll,

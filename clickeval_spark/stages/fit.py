@@ -36,7 +36,8 @@ def run(ctx: StageContext) -> dict[str, list]:
                 model = get_model(name)
                 kind, k, families = fcfg.prior_overrides(name)
                 fitted = fit(packed, model, iterations=fcfg.iterations, tol=fcfg.tol,
-                             prior=model_prior(model, packed.max_rank, kind, k, families),
+                             prior=model_prior(model, packed.max_rank, kind, k, families,
+                                                 rank_means=fcfg.prior.rank_means, seen_means=fcfg.prior.seen_means),
                              k_grid=fcfg.prior.grid, prior_warmup=fcfg.prior.warmup, logger=log,
                              checkpoint_interval=fcfg.checkpoint_interval, engine=fcfg.engine)
                 rows.append(fitted.to_rows(ctx.run_id))
@@ -48,7 +49,7 @@ def run(ctx: StageContext) -> dict[str, list]:
                 if fitted.selection is not None:
                     run.details["prior_selection"] = fitted.selection
                 histories[name] = fitted.history
-                chosen = (f", prior k={fitted.selection['chosen_k']:g} by valid LL" if fitted.selection
+                chosen = (f", prior {_chosen(fitted)} by valid LL" if fitted.selection
                           else f", prior {fitted.prior_spec['kind']}")
                 valid_ll = "" if fitted.valid_ll is None else f", valid LL per position {fitted.valid_ll:.4f}"
                 print(f"fit {name}: {run.counts['iterations']} iteration(s), "
@@ -58,3 +59,13 @@ def run(ctx: StageContext) -> dict[str, list]:
     finally:
         packed.unpersist()
     return histories
+
+
+def _chosen(fitted) -> str:
+    """The strength the valid split chose: k=<value>, or each family's empirical Bayes strength."""
+    sel = fitted.selection
+    seen = ", seen pairs toward their ranks' means" if sel["chosen_seen_means"] == "rank" else ""
+    if sel["chosen_k"] != "eb":
+        return f"k={sel['chosen_k']:g}{seen}"
+    ks = next(g["strengths"] for g in sel["grid"] if g["k"] == "eb" and g["seen_means"] == sel["chosen_seen_means"])
+    return "eb (" + ", ".join(f"{p} k={k:g}" for p, k in sorted(ks.items())) + f"){seen}"

@@ -9,7 +9,9 @@ With a prior (a resolved `priors.ModelPrior`, or a plain {family: (k, m)} dict
 where m None means pooled) every update is the posterior mode, written out here
 on its own: new = (num + k m) / (den + k), m of a pooled qd family = the sum of
 its num over the sum of its den in the same iteration, for the first ``warmup``
-iterations; later iterations keep the m of iteration ``warmup``.
+iterations; later iterations keep the m of iteration ``warmup``. A pair unseen in
+training takes, at rank r, its pooled family's sum of num over the sum of den at rank r
+(``by_rank``; frozen with m).
 """
 
 from __future__ import annotations
@@ -52,11 +54,13 @@ def _mode(num, den, prev, k: float, m: float):
 
 
 def fit_numpy(model: ClickModel, qd_index: np.ndarray, n_pairs: int, clicks: np.ndarray,
-              mask: np.ndarray, iterations: int, M: int, prior=None, warmup: int | None = None):
+              mask: np.ndarray, iterations: int, M: int, prior=None, warmup: int | None = None,
+              by_rank: dict | None = None):
     """Fit ``model`` on a padded log (every pair index in 0..n_pairs-1 has impressions).
 
     Returns (qd_params: name -> (n_pairs,) array, glob: name -> array,
-    ll_history: training log-likelihood after each iteration).
+    ll_history: training log-likelihood after each iteration). ``by_rank`` (a dict) receives
+    each qd family's (M,) values for unseen pairs by rank.
     """
     fam = _family_priors(model, M, prior)
     clicks = np.asarray(clicks)
@@ -78,6 +82,14 @@ def fit_numpy(model: ClickModel, qd_index: np.ndarray, n_pairs: int, clicks: np.
             if m is None:
                 m = last_m[name] if frozen else s_num.sum() / s_den.sum()
                 last_m[name] = m
+                if not frozen:
+                    r_num, r_den = np.where(mask, num, 0).sum(axis=0), np.where(mask, den, 0).sum(axis=0)
+                    last_m["rank_" + name] = np.array([r_num[r] / r_den[r] if r_den[r] > 0 else m for r in range(M)])
+                rank_m = last_m["rank_" + name]
+            else:
+                rank_m = np.full(M, m)
+            if by_rank is not None:
+                by_rank[name] = rank_m
             new_qd[name] = _mode(s_num, s_den, qd_values[name], k, m)
         new_glob = {}
         for name, (num, den) in stats.glob.items():

@@ -81,23 +81,33 @@ def test_auto_strength_is_the_best_valid_ll_of_independent_fits(spark):
     finally:
         packed.unpersist()
 
-    def valid_ll(qd, glob):
+    seen = np.zeros(log.n_pairs, dtype=bool)
+    seen[log.qd_index[~held][log.mask[~held]]] = True
+    unseen = log.mask[held] & ~seen[np.where(log.mask[held], log.qd_index[held], 0)]
+    assert unseen.sum() > 20   # held-out ranks whose pair has no training impression
+
+    def valid_ll(qd, glob, by_rank):
         qd_v = gather(qd, log.qd_index[held], log.mask[held])
+        # a pair with no training impression takes its family's pooled mean at the rank it is shown at
+        qd_v = {p: np.where(unseen, by_rank[p][None, :], v) for p, v in qd_v.items()}
         p = model.cond_probs(qd_v, glob, log.clicks[held], log.mask[held])
         return log_likelihood(p, log.clicks[held], log.mask[held]).sum() / log.mask[held].sum()
 
     def fit_train(iterations, k, warmup=None):
-        return fit_numpy(model, log.qd_index[~held], log.n_pairs, log.clicks[~held], log.mask[~held],
-                         iterations, log.M, prior={"alpha": (k, None)}, warmup=warmup)
+        by_rank = {}
+        qd, glob, _ = fit_numpy(model, log.qd_index[~held], log.n_pairs, log.clicks[~held], log.mask[~held],
+                                iterations, log.M, prior={"alpha": (k, None)}, warmup=warmup, by_rank=by_rank)
+        return qd, glob, by_rank
 
     expected = []
     for k in grid:
         # the warm-up ends at the first iteration whose valid LL is below its predecessor's
-        # (iteration 0: every parameter 0.5); pairs with no training impression get m, as in the fit
-        path = [valid_ll({"alpha": np.full(log.n_pairs, 0.5)}, model.init_global(log.M))]
-        path += [valid_ll(*fit_train(t, k)[:2]) for t in range(1, 4)]
+        # (iteration 0: every parameter 0.5)
+        path = [valid_ll({"alpha": np.full(log.n_pairs, 0.5)}, model.init_global(log.M),
+                         {"alpha": np.full(log.M, 0.5)})]
+        path += [valid_ll(*fit_train(t, k)) for t in range(1, 4)]
         warmup = next((t for t in range(1, 4) if path[t] < path[t - 1]), None)
-        expected.append(valid_ll(*fit_train(4, k, warmup)[:2]))
+        expected.append(valid_ll(*fit_train(4, k, warmup)))
     got = [g["valid_ll"] for g in auto.selection["grid"]]
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
     best = int(np.argmax(expected))
@@ -137,7 +147,16 @@ def test_prior_is_stored_with_the_parameters_and_read_back(spark):
     assert prior.kind == "mixed"
     fitted = fit(log.df(spark), model, iterations=2, max_rank=log.M, prior=prior)
     rows = to_param_rows(fitted, "run-p")
-    small = {r.param: r.value for r in rows.where(F.col("query_id").isNull()).collect()}
+    small = {r.param: r.value for r in rows.where(F.col("query_id").isNull() & F.col("rank").isNull()).collect()}
+    by_rank = {(r.param, r.rank): r.value for r in rows.where(F.col("param").isin("prior_alpha", "prior_sigma")
+                                                               & F.col("rank").isNotNull()).collect()}
+    # an unseen pair's alpha at rank r: the pooled mean of rank r (numpy oracle); sigma's m is fixed (pyclick)
+    expected = {}
+    fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask, 2, log.M, prior, by_rank=expected)
+    np.testing.assert_allclose([by_rank["prior_alpha", r] for r in range(1, log.M + 1)], expected["alpha"],
+                               rtol=0, atol=1e-12)
+    assert [by_rank["prior_sigma", r] for r in range(1, log.M + 1)] == [0.5] * log.M
+    assert by_rank["prior_alpha", 1] > by_rank["prior_alpha", log.M] + 0.01
     assert small["prior_kind:mixed"] == 1.0
     assert small["prior_strength_alpha"] == 5.0 and small["prior_strength_sigma"] == 2.0
     assert small["prior_strength_gamma"] == 2.0 and small["prior_gamma"] == 0.5
@@ -150,7 +169,8 @@ def test_prior_is_stored_with_the_parameters_and_read_back(spark):
     unseen = spark.createDataFrame([("t", "test", "x", "rx", 1, "q-new", ["n1", "n2"], None, [0, 0], None)],
                                    SERPS_SCHEMA)
     p1 = predict_clicks(unseen, back).first().p_click[0]
-    assert p1 == pytest.approx(fitted.prior["alpha"], abs=1e-15)   # DBN: P(C_1) = alpha_1
+    assert p1 == pytest.approx(by_rank["prior_alpha", 1], abs=1e-15)   # DBN: P(C_1) = alpha_1
+    assert back.prior_by_rank == fitted.prior_by_rank
 
 
 def test_prior_config(tmp_path):

@@ -662,7 +662,7 @@ def test_param_rows_round_trip(spark, warehouse):
         model = get_model(name)
         for p in model.qd_params:
             assert counts[(name, p)] == len(known)
-            assert counts[(name, "prior_" + p)] == 1
+            assert counts[(name, "prior_" + p)] == 1 + M   # m, then an unseen pair's value at each rank
     assert counts[("ubm", "gamma")] == M * (M + 1)
     assert counts[("dbn", "gamma")] == 1 and counts[("gctr", "ctr")] == 1
     assert {k for k in counts if k[0] == "gctr"} == {("gctr", "ctr")}
@@ -676,7 +676,8 @@ def test_param_rows_round_trip(spark, warehouse):
     taus = stored.filter((F.col("run_id") == "run-1") & F.col("param").startswith("tau")).collect()
     assert {r.param: r.value for r in taus} == {f"tau{i + 1}": fits["ccm"][1].glob["tau"][i] for i in range(3)}
     assert all(r["rank"] is None and r.query_id is None for r in taus)
-    prior = stored.filter((F.col("run_id") == "run-1") & (F.col("param") == "prior_sigma")).first()
+    prior = stored.filter((F.col("run_id") == "run-1") & (F.col("param") == "prior_sigma")
+                          & F.col("rank").isNull()).first()
     assert prior.value == fits["dbn"][1].prior["sigma"] and prior.query_id is None and prior["rank"] is None
     alpha = stored.filter((F.col("run_id") == "run-1") & (F.col("model") == "dbn")
                           & (F.col("param") == "alpha")).select("query_id", "doc_id", "value", "n_obs")
@@ -687,6 +688,7 @@ def test_param_rows_round_trip(spark, warehouse):
         log, fitted, _, _ = fits[name]
         back = from_param_rows(stored, get_model(name), "run-1", M)
         assert back.prior == fitted.prior and back.max_rank == M
+        assert all(back.unseen_at_ranks(p) == fitted.unseen_at_ranks(p) for p in fitted.prior)
         assert sorted(back.glob) == sorted(fitted.glob)
         for k in fitted.glob:
             np.testing.assert_array_equal(back.glob[k], fitted.glob[k])
