@@ -223,12 +223,11 @@ def ingest_against_reference(spark, conf: str, overrides: dict, ctx: StageContex
 def reference_inputs(ctx: StageContext, params, ref_dir: Path) -> dict:
     """What the predict and evaluate references read, exported from the tables (untimed)."""
     cols = ("dataset", "split", "session_id", "serp_id", "query_id", "doc_ids", "clicks")
-    M = ctx.cfg.fit.max_rank
     return {
         "serps": SR.export_parquet(ctx.serps().select(*cols), ref_dir / "serps"),
         "labels": SR.export_parquet(ctx.labels(), ref_dir / "labels"),
-        "params": {name: SR.export_params(from_param_rows(params, get_model(name), ctx.run_id, M),
-                                          ref_dir / f"params-{name}") for name in ctx.cfg.fit.models},
+        # the fitted models and, on a simulated log, the true one (`truth`), as the predict stage scores them
+        "params": SR.run_params(params, ctx.cfg, ctx.run_id, ref_dir),
     }
 
 

@@ -13,7 +13,8 @@ checks that they compute what the stages compute.
   line that does not have five fields; it has no error recovery for other malformed JSON.
 - `predict`: the SERPs and a fitted model's parameters -> the kernel's p_click_cond and
   p_click for every SERP (one row per SERP, arrays by rank, DESIGN §2) and a relevance score
-  for every shown pair, to Parquet, and the LL per split.
+  for every shown pair, to Parquet, and the LL per split. `run_params` gives the models the
+  stage predicts: the run's fitted ones and, on a simulated dataset, the true model `truth`.
 - `evaluate`: predictions, the SERPs' sessions, labels and relevance scores -> LL, PPL@t and
   total PPL (conditional and unconditional), NDCG@k, 95% intervals from a session-level
   Poisson(1) bootstrap (`replicates` replicates; the package's draws in numpy,
@@ -26,7 +27,7 @@ quarantine table's rows (counted here), the runs table, the reconciliation count
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -40,12 +41,15 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from clickeval_spark.config import SPLITS
+from clickeval_spark.config import SPLITS, AppConfig
 from clickeval_spark.metrics.bootstrap import numpy_poisson_weights, percentile_interval
 from clickeval_spark.metrics.evaluate import MetricOptions
 from clickeval_spark.models.attach import list_array, padded
 from clickeval_spark.models.base import ClickModel
+from clickeval_spark.models import get_model
 from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.models.params_io import from_param_rows
+from clickeval_spark.sources.synthetic import TRUTH_MODEL, load_truth
 
 TEXT_FIELDS = ("session_id", "query_id", "doc_ids", "vtypes", "clicks")
 _KEY_SEP = "\x1f"   # between query and doc id in a pair key: a character no id holds
@@ -172,6 +176,8 @@ class Params:
     qd_path: str
     glob: Mapping[str, np.ndarray]
     prior: Mapping[str, float]
+    #: a qd parameter's value for an unseen pair at ranks 1..M when clicks are predicted (empty: ``prior``)
+    unseen_by_rank: Mapping[str, Sequence[float]] = field(default_factory=dict)
 
 
 def _pair_keys(queries: pa.Array, docs: pa.Array) -> pa.Array:
@@ -221,8 +227,9 @@ def predict(serps_path: str | Path, params: Params, out_dir: str | Path, M: int,
     at = pc.index_in(padded.keys, value_set=known).to_numpy(zero_copy_only=False)   # NaN: unseen in training
     seen = ~np.isnan(at)
     qd = {}
+    rank_of = np.nonzero(padded.mask)[1]   # each flattened position's 0-based rank
     for p in names:
-        flat = np.full(len(at), float(params.prior[p]))
+        flat = np.asarray(params.unseen_by_rank.get(p) or [params.prior[p]] * M, dtype=np.float64)[rank_of]
         flat[seen] = qd_table[p].to_numpy()[at[seen].astype(np.int64)]
         qd[p] = np.zeros(padded.mask.shape)
         qd[p][padded.mask] = flat
@@ -409,4 +416,18 @@ def export_parquet(rows: DataFrame, directory: str | Path) -> str:
 
 def export_params(fitted: FittedModel, directory: str | Path) -> Params:
     cols = ["query_id", "doc_id", *fitted.model.qd_params]
-    return Params(fitted.model, export_parquet(fitted.qd.select(*cols), directory), fitted.glob, fitted.prior)
+    unseen = {p: fitted.unseen_at_ranks(p) for p in fitted.model.qd_params}
+    return Params(fitted.model, export_parquet(fitted.qd.select(*cols), directory), fitted.glob, fitted.prior,
+                  unseen)
+
+
+def run_params(params: DataFrame, cfg: AppConfig, run_id: str, directory: str | Path) -> dict[str, Params]:
+    """{model: its exported parameters} of every model the predict stage predicts for run ``run_id``: the
+    fitted models (``fit.models``) and, on a simulated dataset, the true model as `truth` (the parameters the
+    log was drawn from, `synthetic.load_truth`), each under ``directory``/params-<model>."""
+    M = cfg.fit.max_rank
+    fitted = {name: from_param_rows(params, get_model(name), run_id, M) for name in cfg.fit.models}
+    truth, _ = load_truth(params, cfg)
+    if truth is not None:
+        fitted[TRUTH_MODEL] = truth
+    return {name: export_params(f, Path(directory) / f"params-{name}") for name, f in fitted.items()}

@@ -27,6 +27,7 @@ from pyspark.sql import functions as F  # noqa: E402
 from clickeval_spark import tables  # noqa: E402
 from clickeval_spark.metrics.summary import HEADLINE  # noqa: E402
 from clickeval_spark.models.params_io import KIND_PREFIX, PRIOR_PREFIX, STRENGTH_PREFIX  # noqa: E402
+from clickeval_spark.sources.synthetic import TRUTH_MODEL  # noqa: E402
 
 ORDER_MARKERS = {"original": "o", "shuffled_all": "s", "shuffled_halves": "^"}
 
@@ -56,8 +57,10 @@ def ppl_by_rank_figure(rows: list[dict], models: list[str], split: str) -> str:
             if not points:
                 continue
             t, v, lo, hi = (np.array(x, dtype=float) for x in zip(*points))
-            ax.plot(t, v, marker="o", ms=3, label=model)
-            ax.fill_between(t, lo, hi, alpha=0.12)
+            # the true model of a simulated log: the floor the fitted models approach, in black
+            style = dict(color="black", ls="--") if model == TRUTH_MODEL else {}
+            ax.plot(t, v, marker="o", ms=3, label=model, **style)
+            ax.fill_between(t, lo, hi, alpha=0.12, **({"color": "black"} if style else {}))
         ax.set_title(title)
         ax.set_xlabel("rank")
         ax.grid(alpha=0.3)
@@ -91,8 +94,20 @@ def ndcg_figure(rows: list[dict], models: list[str], split: str, cutoffs: list[i
     return _png(fig)
 
 
+# the real log's reference rows (stages/surrogate.py): click_mode of generator_model "real_log"
+REAL_LOG, IN_SAMPLE, CROSS_FITTED, HALVES = "real_log", "observed", "cross_fitted", ("fit_a_score_b", "fit_b_score_a")
+
+
 def coverage_figure(dist: list[dict]) -> str | None:
-    points = [d for d in dist if d["generator_model"] != "real_log" and d["reverse_ppl"] and d["forward_ppl"]]
+    """The Reverse-vs-Forward PPL chart as an inline PNG (None without a generator's point)."""
+    plot = coverage_plot(dist)
+    return None if plot is None else _png(plot[0])
+
+
+def coverage_plot(dist: list[dict]):
+    """(figure, axes) of the coverage chart: a point per generator variant, the real log's out-of-sample
+    reference as solid lines (and its two halves as points), the in-sample one dashed."""
+    points = [d for d in dist if d["generator_model"] != REAL_LOG and d["reverse_ppl"] and d["forward_ppl"]]
     if not points:
         return None
     fig, ax = plt.subplots(figsize=(8, 6))
@@ -106,16 +121,26 @@ def coverage_figure(dist: list[dict]) -> str | None:
         ax.scatter([], [], color=colours[g], marker="o", label=g)
     for order, marker in ORDER_MARKERS.items():
         ax.scatter([], [], facecolors="none", edgecolors="black", marker=marker, label=order)
-    real = [d for d in dist if d["generator_model"] == "real_log"]
-    if real:
-        ax.axhline(real[0]["reverse_ppl"], color="black", lw=0.8, ls="--", label="surrogate on the real log")
-        ax.axvline(real[0]["forward_ppl"], color="black", lw=0.8, ls="--")
+    real = {d["click_mode"]: d for d in dist if d["generator_model"] == REAL_LOG and d["reverse_ppl"]}
+    cross = real.get(CROSS_FITTED)
+    if cross:
+        # the fair reference: every real SERP scored by a surrogate fitted on the other half of the sessions
+        ax.axhline(cross["reverse_ppl"], color="black", lw=1.2, label="real log, out of sample (2 halves)")
+        ax.axvline(cross["forward_ppl"], color="black", lw=1.2)
+        halves = [real[m] for m in HALVES if m in real and real[m]["forward_ppl"]]
+        if halves:
+            ax.scatter([d["forward_ppl"] for d in halves], [d["reverse_ppl"] for d in halves], color="black",
+                       marker="x", s=50, label="one real half as the generator")
+    if IN_SAMPLE in real:
+        ax.axhline(real[IN_SAMPLE]["reverse_ppl"], color="grey" if cross else "black", lw=0.8, ls="--",
+                   label="real log, in sample" if cross else "surrogate on the real log")
+        ax.axvline(real[IN_SAMPLE]["forward_ppl"], color="grey" if cross else "black", lw=0.8, ls="--")
     ax.set_xlabel("Forward PPL (surrogate fitted on real, scored on synthetic)")
     ax.set_ylabel("Reverse PPL (surrogate fitted on synthetic, scored on real)")
     ax.set_title(f"Distributional coverage, surrogate {points[0]['surrogate_model']} (lower-left is better)")
     ax.legend(fontsize=8, ncol=2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3)
-    return _png(fig)
+    return fig, ax
 
 
 def _cell(r: dict | None) -> str:
@@ -165,8 +190,9 @@ def priors_html(params: list[dict], fits: list[dict], models: list[str]) -> str:
         details = json.loads(f["details"] or "{}")
         sel = details.get("prior_selection")
         if sel:
-            grid = ", ".join(f"{g['k']:g}: {_num(g['valid_ll'])}" for g in sel["grid"])
-            chosen[f["job"].split(":", 1)[1]] = f"k = {sel['chosen_k']:g} of {{{grid}}}"
+            grid = ", ".join(f"{_strength(g['k'], g.get('seen_means'))}: {_num(g['valid_ll'])}" for g in sel["grid"])
+            chosen[f["job"].split(":", 1)[1]] = (f"{_strength(sel['chosen_k'], sel.get('chosen_seen_means'))} "
+                                                 f"of {{{grid}}}")
     by_model: dict[str, dict] = {}
     for r in params:
         spec = by_model.setdefault(r["model"], {"kind": "", "k": {}, "m": {}})
@@ -177,8 +203,8 @@ def priors_html(params: list[dict], fits: list[dict], models: list[str]) -> str:
             spec["k"][param[len(STRENGTH_PREFIX):]] = r["value"]
         elif r["rank"] is None:
             spec["m"][param[len(PRIOR_PREFIX):]] = f"{r['value']:.4f}"
-        else:   # a mean per rank (UBM's examination cells shrink toward their rank's mean)
-            spec["m"][param[len(PRIOR_PREFIX):]] = "its rank's mean"
+        else:   # a mean per rank (UBM's examination cells; a qd family's value for unseen pairs by rank)
+            spec["m"].setdefault(param[len(PRIOR_PREFIX):], "its rank's mean")
     lines = []
     for m in [m for m in models if m in by_model] + sorted(set(by_model) - set(models)):
         spec = by_model[m]
@@ -189,9 +215,16 @@ def priors_html(params: list[dict], fits: list[dict], models: list[str]) -> str:
     if not lines:
         return ""
     return ("<h2>Estimators</h2><p>Every M-step is the posterior mode (num + k·m) / (den + k) of the family's "
-            "Beta prior (k = 0: the plain ratio); (query, doc) pairs unseen in training get m.</p>"
+            "Beta prior (k = 0: the plain ratio); (query, doc) pairs unseen in training get their family's "
+            "pooled mean at the rank they are shown at (eb: each family's strength by empirical Bayes).</p>"
             "<table><tr><th>model</th><th>prior</th><th>families (k, m)</th>"
             f"<th>strength chosen by valid LL per position</th></tr>{''.join(lines)}</table>")
+
+
+def _strength(k: float | str, seen_means: str | None = None) -> str:
+    """A candidate of the prior selection: its strength (or eb), and "/rank" when seen pairs shrank toward
+    their ranks' means."""
+    return (f"k = {k:g}" if isinstance(k, (int, float)) else str(k)) + ("/rank" if seen_means == "rank" else "")
 
 
 def _num(v: float | None) -> str:
@@ -263,6 +296,10 @@ def build_report(spark: SparkSession, warehouse: str, run_id: str, dataset: str,
                         "<p>Value and 95% session-bootstrap interval. LL: mean per-position log-likelihood "
                         "(higher is better); PPL: mean of PPL@rank (lower is better).</p>")
         sections.append(metrics_html(rows, models, split))
+        if TRUTH_MODEL in models:
+            sections.append(f"<p><b>{TRUTH_MODEL}</b>: the click model this log was simulated from, with its true "
+                            f"parameters (<code>model_params</code> run <code>truth-{html.escape(dataset)}</code>): "
+                            "the numbers a perfect fit would get on these SERPs.</p>")
         sections.append(ppl_by_rank_figure(rows, models, split))
         ndcg = ndcg_figure(rows, models, split, cutoffs)
         if ndcg:
@@ -271,6 +308,12 @@ def build_report(spark: SparkSession, warehouse: str, run_id: str, dataset: str,
     sections.append(priors_html(params, fits, models))
     if dist:
         sections.append("<h2>Distributional coverage (Reverse / Forward PPL)</h2>")
+        if any(d["generator_model"] == REAL_LOG and d["click_mode"] == CROSS_FITTED for d in dist):
+            sections.append("<p>The real log's reference is out of sample: the surrogate fitted on one half of the "
+                            "real sessions (a seeded hash) and scored on the other half, and the reverse "
+                            "(<code>real_log</code> rows <code>fit_a_score_b</code>, <code>fit_b_score_a</code>; "
+                            "<code>cross_fitted</code> pools both, the solid lines). <code>observed</code> is "
+                            "the surrogate fitted and scored on the same real SERPs (in sample, dashed).</p>")
         figure = coverage_figure(dist)
         if figure:
             sections.append(figure)

@@ -149,7 +149,8 @@ SYNTHETIC_SERPS = T.StructType([
 DISTRIBUTIONAL_METRICS = T.StructType([
     T.StructField("run_id", T.StringType(), False),
     T.StructField("dataset", T.StringType(), False),
-    # a generator model, or "real_log": the surrogate fitted on the real test SERPs, scored on them
+    # a generator model, or "real_log": the surrogate fitted on the real SERPs themselves (click_mode observed,
+    # in sample) or out of sample on two session halves (fit_a_score_b, fit_b_score_a, cross_fitted)
     T.StructField("generator_model", T.StringType(), False),
     T.StructField("surrogate_model", T.StringType(), False),
     T.StructField("variant", T.StringType(), False),  # <list_order>/<click_mode>

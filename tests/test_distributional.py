@@ -12,7 +12,10 @@ from clickeval_spark.generation import generate, reorder
 from clickeval_spark.models import get_model
 from clickeval_spark.models.params_io import from_param_rows
 from clickeval_spark.context import StageContext
-from clickeval_spark.stages import STAGES
+from clickeval_spark.metrics.distributional import perplexity
+from clickeval_spark.models.priors import model_prior
+from clickeval_spark.models.spark_em import fit
+from clickeval_spark.stages import STAGES, surrogate
 
 RUN = "sim-run"
 
@@ -54,12 +57,14 @@ def simulated(spark, tmp_path_factory):
                             ExternalSequencesConfig(name="coin", path=f"{warehouse}/ext_coin")))
     written = STAGES["generate"](StageContext(spark, cfg, warehouse, RUN))
     rows = STAGES["surrogate"](StageContext(spark, cfg, warehouse, RUN))
-    return warehouse, written, {(r["generator_model"], r["list_order"]): r for r in rows}
+    # generators by list order; the real log's reference rows by click_mode (stages/surrogate.py)
+    return warehouse, written, {(r["generator_model"], r["click_mode"] if r["generator_model"] == "real_log"
+                                 else r["list_order"]): r for r in rows}
 
 
 def test_true_generator_reverse_ppl_matches_the_real_log(simulated):
     _, written, rows = simulated
-    real = rows[("real_log", "original")]
+    real = rows[("real_log", "observed")]
     true_ubm = rows[("ubm", "original")]
     assert written["ubm"] == 3 * 7 * real["n_real"]  # 3 list orders x 7 samples per test SERP
     print(f"real-log PPL {real['reverse_ppl']:.4f}, true UBM reverse {true_ubm['reverse_ppl']:.4f} "
@@ -119,3 +124,72 @@ def test_perplexity_from_sums_skips_unreached_ranks_and_keeps_a_nan_sum_visible(
     assert ppl.total == math.exp(0.5) and ppl.n_serps == 4
     broken = Perplexity.from_sums([4, 2, 0], [-2.0, float("nan"), 0.0])
     assert math.isnan(broken.total) and broken.at_rank[0] == math.exp(0.5)
+
+
+def test_real_halves_partition_the_real_serps_by_session(spark, simulated):
+    """Every real SERP in exactly one half, a session's SERPs in the same one; in the packed log the half-a fit
+    trains on half a and holds out exactly half b (and the reverse), while group 0 trains on all of them."""
+    warehouse, _, _ = simulated
+    test = tables.read_table(spark, warehouse, "serps").where((F.col("dataset") == "sim-ubm") & (F.col("split") == "test"))
+    halves = surrogate.real_with_halves(test, 10)
+    by_serp = dict(halves.select("serp_id", "half").collect())
+    assert len(by_serp) == halves.count() == test.count()
+    assert set(by_serp.values()) == {"a", "b"}
+    share = sum(h == "a" for h in by_serp.values()) / len(by_serp)
+    assert 0.4 < share < 0.6, share
+    sessions = dict(test.select("serp_id", "session_id").collect())
+    per_session = {}
+    for serp_id, half in by_serp.items():
+        per_session.setdefault(sessions[serp_id], set()).add(half)
+    assert all(len(h) == 1 for h in per_session.values())
+    synthetic = tables.read_table(spark, warehouse, "synthetic_serps").where(F.col("run_id") == RUN)
+    variants = spark.createDataFrame([(1, "ubm", "original", "stochastic")],
+                                     "group int, generator_model string, list_order string, click_mode string")
+    packed = surrogate.packed_inputs(halves, synthetic, variants, 1, 10).where(F.col("group") != 1).collect()
+
+    def serps(group, held_out):
+        ids = [r["serp_id"] for r in packed if (r["group"], r["held_out"]) == (group, held_out)]
+        assert len(ids) == len(set(ids)), (group, held_out)   # none twice
+        return set(ids)
+
+    half_a = {s for s, h in by_serp.items() if h == "a"}
+    half_b = set(by_serp) - half_a
+    assert serps(0, False) == serps(0, True) == set(by_serp)
+    assert serps(2, False) == half_a and serps(2, True) == half_b
+    assert serps(3, False) == half_b and serps(3, True) == half_a
+
+
+def test_real_log_reference_is_out_of_sample(spark, simulated):
+    _, _, rows = simulated
+    inside, a_on_b, b_on_a, cross = (rows[("real_log", m)] for m in
+                                     ("observed", "fit_a_score_b", "fit_b_score_a", "cross_fitted"))
+    print(f"real-log PPL in sample {inside['reverse_ppl']:.4f}; out of sample: a->b {a_on_b['reverse_ppl']:.4f}, "
+          f"b->a {b_on_a['reverse_ppl']:.4f}, cross-fitted {cross['reverse_ppl']:.4f}")
+    assert {r["variant"] for r in (inside, a_on_b, b_on_a, cross)} == {
+        "original/observed", "original/fit_a_score_b", "original/fit_b_score_a", "original/cross_fitted"}
+    # half a's SERPs are b->a's scored ones; together every real SERP once
+    assert a_on_b["n_synthetic"] == b_on_a["n_real"] and b_on_a["n_synthetic"] == a_on_b["n_real"]
+    assert a_on_b["n_real"] + b_on_a["n_real"] == inside["n_real"] == cross["n_real"] == cross["n_synthetic"]
+    assert a_on_b["forward_ppl"] == b_on_a["reverse_ppl"] and b_on_a["forward_ppl"] == a_on_b["reverse_ppl"]
+    assert cross["forward_ppl"] == cross["reverse_ppl"]
+    for t in range(10):   # the pooled PPL@t lies between the halves'
+        lo, hi = sorted((a_on_b["reverse_ppl_at"][t], b_on_a["reverse_ppl_at"][t]))
+        assert lo <= cross["reverse_ppl_at"][t] <= hi, t
+    # fitted on half the sessions and scored on the others: worse than the in-sample fit, clearly
+    assert cross["reverse_ppl"] > inside["reverse_ppl"] * 1.002
+    assert min(a_on_b["reverse_ppl"], b_on_a["reverse_ppl"]) > inside["reverse_ppl"]
+
+
+def test_half_fit_in_the_packed_log_is_the_fit_of_that_half_alone(spark, simulated):
+    """The a->b number equals a surrogate fitted on half a by itself (spark_em.fit, same prior and passes)
+    and scored on half b with `perplexity`: the groups are wired to the right halves."""
+    warehouse, _, rows = simulated
+    cfg = _config()
+    test = tables.read_table(spark, warehouse, "serps").where((F.col("dataset") == "sim-ubm") & (F.col("split") == "test"))
+    halves = surrogate.real_with_halves(test, 10)
+    dcm = get_model("dcm")
+    alone = fit(halves.where(F.col("half") == "a"), dcm, iterations=cfg.surrogate.iterations, max_rank=10,
+                prior=model_prior(dcm, 10, *cfg.fit.prior_overrides("dcm")))
+    on_b = perplexity(halves.where(F.col("half") == "b"), alone, cfg.surrogate.eps)
+    assert rows[("real_log", "fit_a_score_b")]["reverse_ppl"] == pytest.approx(on_b.total, rel=1e-9)
+    assert rows[("real_log", "fit_a_score_b")]["n_real"] == on_b.n_serps

@@ -8,7 +8,7 @@ import pytest
 from clickeval_spark import tables
 from clickeval_spark.config import AppConfig, FitConfig, IngestConfig, ReportConfig
 from clickeval_spark.context import StageContext
-from clickeval_spark.report import ndcg_figure
+from clickeval_spark.report import coverage_plot, ndcg_figure
 from clickeval_spark.stages import STAGES
 from jobs import sql as sql_job
 from jobs import tables as tables_job
@@ -18,7 +18,7 @@ RUN = "rep-1"
 
 def _metric_rows():
     rows = []
-    for i, model in enumerate(("rctr", "pbm", "dbn")):
+    for i, model in enumerate(("rctr", "pbm", "dbn", "truth")):
         rows.append((RUN, model, "d", "test", "LL", None, -0.30 + 0.01 * i, 100, -0.32 + 0.01 * i, -0.28 + 0.01 * i, None))
         rows.append((RUN, model, "d", "test", "PPL", None, 1.30 - 0.01 * i, 100, 1.28 - 0.01 * i, 1.33 - 0.01 * i, None))
         for t in range(1, 11):
@@ -44,6 +44,11 @@ def filled(spark, tmp_path_factory):
             for j, g in enumerate(("pbm", "dbn")) for o in ("original", "shuffled_all", "shuffled_halves")]
     dist.append((RUN, "d", "real_log", "dcm", "original/observed", "original", "observed", 1.38, 1.38,
                  [1.38] * 10, [1.38] * 10, 100, 100, 5))
+    # the out-of-sample reference: two halves and both pooled (stages/surrogate.py)
+    for mode, rev, fwd, n_syn, n_real in (("fit_a_score_b", 1.43, 1.47, 48, 52), ("fit_b_score_a", 1.47, 1.43, 52, 48),
+                                          ("cross_fitted", 1.45, 1.45, 100, 100)):
+        dist.append((RUN, "d", "real_log", "dcm", f"original/{mode}", "original", mode, rev, fwd,
+                     [rev] * 10, [fwd] * 10, n_syn, n_real, 5))
     tables.replace_slice(spark.createDataFrame(dist, tables.DISTRIBUTIONAL_METRICS), warehouse,
                          "distributional_metrics", {"run_id": RUN}, RUN)
     conf = root / "c.yaml"
@@ -63,6 +68,27 @@ def test_report_is_self_contained_with_every_figure(spark, filled):
     assert "http" not in page.replace("http-equiv", "")  # nothing fetched from elsewhere
     assert "-0.2800<br><small>[-0.3000, -0.2600]</small>" in page  # dbn's LL with its interval
     assert "Paired differences against rctr" in page and "Reverse PPL" in page
+    # the simulated log's true model: a row of the table, last, with what it is
+    assert page.index("<tr><th>dbn</th>") < page.index("<tr><th>truth</th>") and "truth-d" in page
+    assert "original/cross_fitted" in page and "out of sample" in page
+
+
+def test_coverage_chart_draws_the_out_of_sample_reference(spark, filled):
+    _, warehouse, _ = filled
+    dist = [r.asDict() for r in tables.read_table(spark, warehouse, "distributional_metrics").collect()]
+    fig, ax = coverage_plot(dist)
+    labels = ax.get_legend_handles_labels()[1]
+    assert "real log, out of sample (2 halves)" in labels and "real log, in sample" in labels
+    assert "one real half as the generator" in labels
+    solid = {(tuple(line.get_xdata()), tuple(line.get_ydata())) for line in ax.get_lines()
+             if line.get_linestyle() == "-"}
+    assert ((0, 1), (1.45, 1.45)) in solid and ((1.45, 1.45), (0, 1)) in solid   # horizontal and vertical at 1.45
+    [halves] = [c for c in ax.collections if c.get_label() == "one real half as the generator"]
+    assert sorted(map(tuple, halves.get_offsets().tolist())) == [(1.43, 1.47), (1.47, 1.43)]
+    # an older run without the halves keeps its one dashed line
+    fig, ax = coverage_plot([d for d in dist if d["click_mode"] not in ("fit_a_score_b", "fit_b_score_a",
+                                                                        "cross_fitted")])
+    assert "surrogate on the real log" in ax.get_legend_handles_labels()[1]
 
 
 def test_sql_answers_over_the_result_tables(spark, filled, capsys):

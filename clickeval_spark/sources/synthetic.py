@@ -10,7 +10,8 @@ and no loop over SERPs ever runs on the driver.
 
 The true parameters come with the log, as `model_params` rows of run id
 `truth-<dataset>` (the ingest stage writes them), so a fit can be compared with
-the truth in SQL. Pooled
+the truth in SQL, and the predict stage scores the true model beside the fitted
+ones as model `truth` (`load_truth`, `truth_param_rows`). Pooled
 relevance labels (grade = floor(5 * relevance score), 0..4) come with it, so
 NDCG can be computed on the default data too.
 """
@@ -21,10 +22,12 @@ import numpy as np
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from clickeval_spark.config import IngestConfig, SyntheticConfig
+from clickeval_spark.config import AppConfig, IngestConfig, SyntheticConfig
+from clickeval_spark.errors import ClickevalError
 from clickeval_spark.hashing import seeded_uniform
 from clickeval_spark.models import get_model
 from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.models.params_io import from_param_rows
 from clickeval_spark.sources.parsed import to_parsed, to_parsed_labels
 
 
@@ -113,6 +116,62 @@ def serp_skeletons(spark: SparkSession, cfg: SyntheticConfig, dataset: str) -> D
 def truth_run_id(dataset: str) -> str:
     """The run id under which a simulated dataset's true parameters are stored in model_params."""
     return f"truth-{dataset}"
+
+
+#: the `model` name of the true model in click_predictions, relevance_scores and metrics
+TRUTH_MODEL = "truth"
+
+
+def has_truth(cfg: AppConfig) -> bool:
+    """True when the run's dataset is simulated (`ingest.format: synthetic`): its true model is scored
+    beside the fitted ones as model `TRUTH_MODEL`. A real dataset has no truth row. An external model
+    of that name would share its rows: a user error on a simulated dataset."""
+    if cfg.ingest.format != "synthetic":
+        return False
+    clash = [e.name for e in cfg.evaluate.external if e.name == TRUTH_MODEL]
+    if clash:
+        raise ClickevalError(f"evaluate.external: {TRUTH_MODEL!r} is the true model of the simulated dataset "
+                             f"{cfg.ingest.dataset}; rename the external model")
+    return True
+
+
+def _truth_rows(params: DataFrame, dataset: str, max_rank: int) -> DataFrame:
+    """The dataset's true parameters (model_params rows of `truth_run_id`) for lists cut to ``max_rank``
+    ranks: a rank-indexed value beyond it (a longer simulated list) is left out, as the fits never see
+    those ranks either."""
+    rank_ok = F.col("rank").isNull() | (F.col("rank") <= max_rank)
+    prev_ok = F.col("prev_click_rank").isNull() | (F.col("prev_click_rank") <= max_rank)
+    return params.where((F.col("run_id") == truth_run_id(dataset)) & rank_ok & prev_ok)
+
+
+def load_truth(params: DataFrame, cfg: AppConfig) -> tuple[FittedModel | None, str]:
+    """The simulated log's true model as a FittedModel of ``fit.max_rank`` ranks (the fitted models'), and a
+    line saying what it is or why there is none: not a simulated dataset, simulated lists shorter than
+    fit.max_rank (the truth has no parameters for the ranks beyond), or no true parameters stored (the
+    dataset was not ingested with this config's synthetic model)."""
+    if not has_truth(cfg):
+        return None, "not a simulated dataset"
+    scfg, M = cfg.ingest.synthetic, cfg.fit.max_rank
+    if scfg.list_size < M:
+        return None, (f"no truth row: the simulated lists have {scfg.list_size} ranks, fewer than "
+                      f"fit.max_rank={M}")
+    try:
+        fitted = from_param_rows(_truth_rows(params, cfg.ingest.dataset, M), get_model(scfg.model),
+                                 truth_run_id(cfg.ingest.dataset), M)
+    except ValueError:
+        return None, (f"no truth row: model_params holds no true {scfg.model} parameters for run "
+                      f"{truth_run_id(cfg.ingest.dataset)}; run `clickeval ingest` with this config")
+    return fitted, f"the simulated log's {scfg.model} with its true parameters"
+
+
+def truth_param_rows(params: DataFrame, cfg: AppConfig, run_id: str) -> DataFrame:
+    """The true parameters relabelled as model `TRUTH_MODEL` of run ``run_id``, in model_params' columns: with
+    the run's own rows they make one table from which `params_io.fitted_qd_rows` builds the wide (query,
+    doc) table of the fitted models and the truth together (one attach for all). Never written."""
+    rows = _truth_rows(params, cfg.ingest.dataset, cfg.fit.max_rank).where(
+        F.col("model") == cfg.ingest.synthetic.model)
+    return rows.select(*[F.lit(run_id).alias(c) if c == "run_id" else
+                         F.lit(TRUTH_MODEL).alias(c) if c == "model" else F.col(c) for c in params.columns])
 
 
 def generate(spark: SparkSession, icfg: IngestConfig) -> tuple[DataFrame, DataFrame, DataFrame]:

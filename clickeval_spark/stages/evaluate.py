@@ -1,6 +1,7 @@
 """Evaluate: LL, PPL@t and NDCG@k with bootstrap intervals for every model of the run → metrics.
 
-DESIGN §5. Externally trained models are checked and imported into the run first."""
+DESIGN §5. Externally trained models are checked and imported into the run first. On a simulated
+dataset the true model, which the predict stage wrote as model `truth`, is scored like any other."""
 
 from __future__ import annotations
 
@@ -11,17 +12,22 @@ from clickeval_spark.errors import ClickevalError
 from clickeval_spark.metrics import external, ndcg
 from clickeval_spark.metrics.evaluate import MetricOptions, compute_metrics, metrics_frame
 from clickeval_spark.metrics.summary import metrics_table
+from clickeval_spark.sources.synthetic import TRUTH_MODEL, has_truth
 
 
 def run(ctx: StageContext) -> list[dict]:
     ecfg, dataset, models = ctx.cfg.evaluate, ctx.dataset, ctx.cfg.evaluated_models
+    # the true model of a simulated log, when predict wrote it (it has no rows where the truth could not be
+    # loaded: predict says why); never required, never on a real dataset
+    scored = (*models, TRUTH_MODEL) if has_truth(ctx.cfg) else models
     with ctx.record("evaluate") as run:
         run.details["external"] = import_external_models(ctx)
         preds = ctx.this_run("click_predictions", dataset=dataset).where(
-            F.col("split").isin(*ecfg.splits) & F.col("model").isin(*models))
-        scores = ctx.this_run("relevance_scores").where(F.col("model").isin(*models))
+            F.col("split").isin(*ecfg.splits) & F.col("model").isin(*scored))
+        scores = ctx.this_run("relevance_scores").where(F.col("model").isin(*scored))
         ranked = sorted({r["model"] for r in scores.select("model").distinct().collect()})
-        reference = ecfg.reference_model if ecfg.reference_model in models else None
+        # `truth` may be the reference too: every model's paired gap to the true model
+        reference = ecfg.reference_model if ecfg.reference_model in scored else None
         if ecfg.reference_model and reference is None:
             run.details["reference_model"] = f"{ecfg.reference_model} is not evaluated in this run: no _diff rows"
         rows = compute_metrics(preds.select("model", "dataset", "split", "serp_id", "clicks", "p_click_cond",
@@ -38,8 +44,10 @@ def run(ctx: StageContext) -> list[dict]:
         ctx.write(metrics_frame(ctx.spark, rows, ctx.run_id), "metrics", {"run_id": ctx.run_id, "dataset": dataset})
         run.counts["metrics"] = len(rows)
         run.counts["models"] = len(models)
+        if scored != models:
+            run.details["truth"] = TRUTH_MODEL in present
     print(f"evaluate {dataset} run_id={ctx.run_id}: {len(rows)} metric rows, {ecfg.replicates} bootstrap replicates")
-    print(metrics_table(rows, models))
+    print(metrics_table(rows, scored))
     return rows
 
 

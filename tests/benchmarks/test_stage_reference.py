@@ -19,7 +19,6 @@ from benchmarks import stage_reference as R
 from clickeval_spark import tables
 from clickeval_spark.metrics.evaluate import MetricOptions
 from clickeval_spark.models import get_model
-from clickeval_spark.models.params_io import from_param_rows
 from tests.reliability import _pipeline as P
 
 # minutes of Spark: `make test-fast` leaves it out (README: Tests)
@@ -87,18 +86,18 @@ def predicted(spark, base, tmp_path_factory):
     serps = R.export_parquet(_serps(spark, base).select("dataset", "split", "session_id", "serp_id", "query_id",
                                                          "doc_ids", "clicks"), root / "serps")
     params = tables.read_table(spark, base.warehouse, "model_params")
-    M = base.cfg.fit.max_rank
-    lls = {}
-    for name in base.cfg.fit.models:
-        fitted = from_param_rows(params, get_model(name), P.BASE_RUN, M)
-        lls[name] = R.predict(serps, R.export_params(fitted, root / f"params-{name}"), root / name, M)
+    # the fitted models and the simulated log's true model `truth`, as the stage predicts them
+    models = R.run_params(params, base.cfg, P.BASE_RUN, root)
+    assert set(models) == {*base.cfg.fit.models, "truth"}
+    lls = {name: R.predict(serps, p, root / name, base.cfg.fit.max_rank) for name, p in models.items()}
     return root, serps, lls
 
 
 def test_predict_reference_gives_the_stage_probabilities_and_scores(spark, base, predicted):
     root, _, lls = predicted
     preds = tables.read_table(spark, base.warehouse, "click_predictions").where(F.col("run_id") == P.BASE_RUN)
-    for name in base.cfg.fit.models:
+    assert {r["model"] for r in preds.select("model").distinct().collect()} == set(lls)
+    for name in lls:
         stage = {r["serp_id"]: r for r in preds.where(F.col("model") == name).collect()}
         mine = {r["serp_id"]: r for r in pq.read_table(root / name / "predictions.parquet").to_pylist()
                 if r["split"] in {"train", *base.cfg.predict.splits}}
@@ -112,13 +111,14 @@ def test_predict_reference_gives_the_stage_probabilities_and_scores(spark, base,
             (F.col("run_id") == P.BASE_RUN) & (F.col("job") == "predict")).first()["details"]
         for split, ll in json.loads(details)["log_likelihood"][name].items():
             assert lls[name][split] == pytest.approx(ll, rel=1e-12)
-    scores = tables.read_table(spark, base.warehouse, "relevance_scores").where(
-        (F.col("run_id") == P.BASE_RUN) & (F.col("model") == "pbm")).collect()
-    mine = pq.read_table(root / "pbm" / "scores.parquet").to_pydict()
-    mine = dict(zip(mine["pair"], mine["score"]))
-    assert len(scores) > 100
-    for r in scores:
-        assert mine[f"{r['query_id']}\x1f{r['doc_id']}"] == pytest.approx(r["score"], rel=1e-12)
+    for name in ("pbm", "truth"):
+        scores = tables.read_table(spark, base.warehouse, "relevance_scores").where(
+            (F.col("run_id") == P.BASE_RUN) & (F.col("model") == name)).collect()
+        mine = pq.read_table(root / name / "scores.parquet").to_pydict()
+        mine = dict(zip(mine["pair"], mine["score"]))
+        assert len(scores) > 100 and len(scores) == len(mine)
+        for r in scores:
+            assert mine[f"{r['query_id']}\x1f{r['doc_id']}"] == pytest.approx(r["score"], rel=1e-12)
 
 
 def test_evaluate_reference_gives_the_stage_metric_values(spark, base, predicted, tmp_path):
@@ -126,8 +126,10 @@ def test_evaluate_reference_gives_the_stage_metric_values(spark, base, predicted
     labels = R.export_parquet(tables.read_table(spark, base.warehouse, "relevance_labels")
                               .where(F.col("dataset") == P.DATASET), tmp_path / "labels")
     ecfg = base.cfg.evaluate
-    ranked = [m for m in base.cfg.fit.models if get_model(m).qd_params]
-    rows = R.evaluate({m: root / m / "predictions.parquet" for m in base.cfg.fit.models}, serps, labels,
+    models = [*base.cfg.fit.models, "truth"]   # the truth row is scored as any model (stage and reference)
+    ranked = [m for m in models if (root / m / "scores.parquet").exists()]
+    assert set(ranked) == {m for m in base.cfg.fit.models if get_model(m).qd_params} | {"truth"}
+    rows = R.evaluate({m: root / m / "predictions.parquet" for m in models}, serps, labels,
                       {m: root / m / "scores.parquet" for m in ranked},
                       MetricOptions.from_config(ecfg, base.cfg.fit.max_rank),
                       ecfg.splits, ecfg.reference_model)
@@ -135,7 +137,7 @@ def test_evaluate_reference_gives_the_stage_metric_values(spark, base, predicted
     stage = {(r["model"], r["split"], r["metric"], r["cutoff"]): r for r in
              tables.read_table(spark, base.warehouse, "metrics").where(F.col("run_id") == P.BASE_RUN).collect()
              if r["value"] is not None and r["ci_low"] is not None}   # the metrics, not the bookkeeping counts
-    assert set(mine) == set(stage)
+    assert set(mine) == set(stage) and {k[0] for k in stage} == set(models)
     assert {k[2] for k in stage} >= {"LL", "PPL", "PPL_cond", "NDCG", "LL_diff", "PPL_diff"}   # rctr (the reference) has no NDCG
     for key, r in stage.items():
         assert mine[key]["value"] == pytest.approx(r["value"], rel=1e-9, abs=1e-9), key
