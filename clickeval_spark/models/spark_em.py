@@ -27,12 +27,14 @@ Estimator: maximum a posteriori (models/priors.py). Every M-step is the
 posterior mode (num + k m) / (den + k) of its family's Beta prior; the qd
 M-step of pass t runs at the start of pass t + 1, where the pooled mean m of
 the whole log's pass-t sums is known. With ``k: auto`` one candidate fit per
-strength of the grid runs in the same passes (each task runs one E-step per
-candidate: one Spark job per pass whatever the grid), the held-out SERPs packed
-beside the training ones are scored in every pass of the warm-up (below) and in
-the final one, and the candidate with the best held-out LL per position after
-the final pass is the fit. Without held-out SERPs the auto
-strength is ``priors.DEFAULT_K``.
+strength of the grid, plus one whose families take their empirical Bayes
+strengths (`_eb_update`), each once per ``seen_means`` variant, runs in the same
+passes (each task runs one E-step per candidate: one Spark job per pass whatever
+the grid), the held-out SERPs packed beside the training ones are scored in every
+pass of the warm-up (below) and in the final one, and the candidate with the best
+held-out LL per position after the final pass is the fit. Pooled per-rank global
+families (UBM's examination cells) take their empirical Bayes strength in every
+candidate. Without held-out SERPs the auto strength is ``priors.DEFAULT_K``.
 
 Pooled means are hyperparameters, estimated during a warm-up: m follows the
 fit's pooled estimate while the candidate's held-out LL improves (at most
@@ -44,8 +46,9 @@ the log posterior is one objective, which EM never decreases, and ``tol``
 compares it from the first pass after the freeze.
 
 Unseen pairs: every qd family's m (the pooled estimate for beta and none,
-0.5 for pyclick), recorded as ``prior[p]``: `predict_clicks` and `sample_serps`
-use it for every (query, doc) pair absent from the qd table. ``n_obs`` counts a
+0.5 for pyclick), recorded as ``prior[p]`` (their relevance), and with
+``rank_means`` its pooled estimate at each rank, ``prior_by_rank[p]``: `predict_clicks`
+and `sample_serps` use that for every (query, doc) pair absent from the qd table. ``n_obs`` counts a
 pair's training impressions at ranks <= max_rank. With k = 0 (the plain MLE) a
 parameter whose denominator is 0 keeps its previous value, as in PyClick.
 
@@ -125,7 +128,6 @@ class _Candidate:
     active: bool = True
     done: int = 0
     pending_secs: float = 0.0   # wall time of the pass that produced the current parameters
-
     choice: float | str | None = None   # the grid entry this candidate stands for (a strength, or "eb")
 
     @property

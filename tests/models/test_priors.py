@@ -108,11 +108,14 @@ def test_auto_strength_is_the_best_valid_ll_of_independent_fits(spark):
         path += [valid_ll(*fit_train(t, k)) for t in range(1, 4)]
         warmup = next((t for t in range(1, 4) if path[t] < path[t - 1]), None)
         expected.append(valid_ll(*fit_train(4, k, warmup)))
-    got = [g["valid_ll"] for g in auto.selection["grid"]]
-    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
-    best = int(np.argmax(expected))
-    assert auto.selection["chosen_k"] == grid[best] and auto.valid_ll == pytest.approx(expected[best], abs=1e-12)
-    assert auto.prior_spec["families"]["alpha"]["k"] == grid[best]
+    cands = auto.selection["grid"]
+    assert [g["k"] for g in cands] == [*grid, "eb"]   # the grid's strengths, then empirical Bayes
+    np.testing.assert_allclose([g["valid_ll"] for g in cands[:-1]], expected, rtol=0, atol=1e-12)
+    best = max(cands, key=lambda g: g["valid_ll"])
+    assert auto.selection["chosen_k"] == best["k"] and auto.valid_ll == best["valid_ll"]
+    if best["k"] != "eb":
+        assert auto.prior_spec["families"]["alpha"]["k"] == best["k"]
+        assert best["valid_ll"] == pytest.approx(max(expected), abs=1e-12)
     # the point of the prior: on a sparse log it beats the plain ratio on SERPs it has not seen
     assert auto.valid_ll > plain.valid_ll + 0.01, (auto.valid_ll, plain.valid_ll)
 
