@@ -14,14 +14,10 @@ DELTA_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
-# The embedded JVM (driver and executors in one) is most of the CPU of a run on one machine, and two cores
-# are shared with its own background threads (benchmarks/RESULTS.md):
-# - the throughput collector: G1's concurrent work competes with the tasks; `make run` took 194-205 s with
-#   ParallelGC (three runs) against 216-219 s with G1 (two);
-# - JIT thresholds x3: a fresh JVM's compilers spent 67 CPU-s of a 60 s ingest compiling 33,000 methods,
-#   most of them run a few times; `make run` 169 s with the scaling against 188 s without (same code, same
-#   hour), with identical metrics.
-# A config with its own `spark.driver.extraJavaOptions` keeps them.
+# The embedded JVM (driver and executors in one) shares a small machine's cores with its own background
+# threads: the throughput collector leaves the tasks more of them than G1's concurrent work, and JIT
+# thresholds x3 keep a fresh JVM from compiling thousands of methods that run a few times (the measured
+# `make run` times: benchmarks/RESULTS.md). A config with its own `spark.driver.extraJavaOptions` keeps them.
 EMBEDDED_JVM_OPTIONS = "-XX:+UseParallelGC -XX:CompileThresholdScaling=3"
 
 

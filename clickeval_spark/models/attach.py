@@ -83,11 +83,8 @@ def _field(p: str):
 
 #: Queries with more than this many (query, doc) pairs in the qd table get their
 #: parameters through the impression join of `attach_qd`; the others through a
-#: per-query map (predict and the sampler). Measured with benchmarks/attach_bench.py
-#: (git history; removed when EM moved to query blocks), local[2], 10 ranks, PBM and
-#: DBN: the map route is faster up to ~150 docs per query, the two tie at ~300, the
-#: join is ~20% faster at 600 and pulls away from there (the map cost per SERP grows
-#: with the query's doc count, the join's does not).
+#: per-query map (predict and the sampler). A map lookup's cost per SERP grows with the
+#: query's doc count, the join's does not; the two tie near 300 (benchmarks/RESULTS.md).
 MAP_MAX_DOCS = 300
 
 

@@ -62,12 +62,10 @@ from clickeval_spark.models.attach import list_lengths
 from clickeval_spark.models.base import INIT_VALUE, LL_EPS, ClickModel, binned_sums
 from clickeval_spark.models.priors import EB_GRID, FamilyPrior, log_prior, pooled_rank_means, posterior_mode
 
-#: SERPs per block: enough that a task's numpy work dwarfs its scheduling cost, small
-#: enough that a block's arrays stay ~13 MB (50 bytes per SERP of 10 ranks). 262144, not 131072:
-#: a pass costs ~0.1 s per Python task on 2 cores, and 4 blocks of a 1M-SERP log passed faster
-#: than 8 in 3 of 4 paired runs per model (benchmarks/em_pass.py: PBM 1.25 s against 1.89 s,
-#: UBM 1.16 s against 1.67 s; RESULTS.md). Logs under
-#: MIN_BLOCKS * BLOCK_SERPS SERPs get MIN_BLOCKS blocks either way.
+#: SERPs per block: enough that a task's numpy work dwarfs its scheduling cost (a Python task costs ~0.1 s
+#: per pass), small enough that a block's arrays stay ~13 MB (50 bytes per SERP of 10 ranks); the paired
+#: runs against 131072 are in benchmarks/RESULTS.md. Logs under MIN_BLOCKS * BLOCK_SERPS SERPs get
+#: MIN_BLOCKS blocks either way.
 BLOCK_SERPS = 262144
 #: at least this many blocks, so small logs still use every core of a small cluster
 MIN_BLOCKS = 4

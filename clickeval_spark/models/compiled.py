@@ -5,9 +5,8 @@ E_r ~ Bernoulli(gamma at the rank's cell): PBM's cell is the rank, UBM's the ran
 of the last click above (`ClickModel.row_constants`' "cell", an index into gamma flattened).
 The numpy kernels (`pbm.examination_posteriors`, `base.log_likelihood`) compute a slice's
 posteriors through a dozen (B, M) temporaries, a gather of alpha and a bincount per sum; here
-each rank is read once and its posteriors go straight into their pair's and cell's sums.
-`blocks.em_block` over a 262,144-row block: UBM 0.064 s with the numpy kernel, 0.020 s compiled;
-PBM 0.071 s and 0.027 s (benchmarks/RESULTS.md).
+each rank is read once and its posteriors go straight into their pair's and cell's sums, about
+3x faster per block (benchmarks/RESULTS.md).
 
 Same terms as the numpy kernels, added in row order over the whole block instead of slice by
 slice; a row's LL is the log of the product of its ranks' probabilities instead of the sum of
