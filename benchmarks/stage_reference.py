@@ -27,7 +27,7 @@ quarantine table's rows (counted here), the runs table, the reconciliation count
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -176,8 +176,8 @@ class Params:
     qd_path: str
     glob: Mapping[str, np.ndarray]
     prior: Mapping[str, float]
-    #: a qd parameter's value for an unseen pair at ranks 1..M when clicks are predicted (empty: ``prior``)
-    unseen_by_rank: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    #: a qd parameter's value for an unseen pair at ranks 1..M when clicks are predicted
+    unseen_by_rank: Mapping[str, Sequence[float]]
 
 
 def _pair_keys(queries: pa.Array, docs: pa.Array) -> pa.Array:
@@ -229,7 +229,7 @@ def predict(serps_path: str | Path, params: Params, out_dir: str | Path, M: int,
     qd = {}
     rank_of = np.nonzero(padded.mask)[1]   # each flattened position's 0-based rank
     for p in names:
-        flat = np.asarray(params.unseen_by_rank.get(p) or [params.prior[p]] * M, dtype=np.float64)[rank_of]
+        flat = np.asarray(params.unseen_by_rank[p], dtype=np.float64)[rank_of]
         flat[seen] = qd_table[p].to_numpy()[at[seen].astype(np.int64)]
         qd[p] = np.zeros(padded.mask.shape)
         qd[p][padded.mask] = flat

@@ -25,6 +25,7 @@ from pyspark.sql import Column, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from clickeval_spark import tables  # noqa: E402
+from clickeval_spark.metrics.distributional import A_ON_B, B_ON_A, CROSS_FITTED, IN_SAMPLE, REAL_LOG  # noqa: E402
 from clickeval_spark.metrics.summary import HEADLINE  # noqa: E402
 from clickeval_spark.models.params_io import KIND_PREFIX, PRIOR_PREFIX, STRENGTH_PREFIX  # noqa: E402
 from clickeval_spark.sources.synthetic import TRUTH_MODEL  # noqa: E402
@@ -94,8 +95,7 @@ def ndcg_figure(rows: list[dict], models: list[str], split: str, cutoffs: list[i
     return _png(fig)
 
 
-# the real log's reference rows (stages/surrogate.py): click_mode of generator_model "real_log"
-REAL_LOG, IN_SAMPLE, CROSS_FITTED, HALVES = "real_log", "observed", "cross_fitted", ("fit_a_score_b", "fit_b_score_a")
+HALVES = (A_ON_B, B_ON_A)
 
 
 def coverage_figure(dist: list[dict]) -> str | None:

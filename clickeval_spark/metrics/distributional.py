@@ -97,6 +97,20 @@ def perplexity(serps: DataFrame, fitted: FittedModel, eps: float = 1e-6) -> Perp
     return perplexities(serps, fitted, eps).get("all", Perplexity(math.nan, (math.nan,) * fitted.max_rank, 0))
 
 
+# The real log's reference rows: generator_model "real_log", list_order "original", and a click_mode that says
+# how the surrogate was fitted and scored (its variant: original/<click_mode>):
+#   observed       fitted on every real SERP and scored on them: in sample, as before (and the surrogate that
+#                  scores every generator's sequences: Forward PPL)
+#   fit_a_score_b  fitted on half a of the real SERPs, scored on half b (reverse_ppl); forward_ppl the surrogate
+#                  fitted on half b, scored on half a: half a in a generator's place, half b the real log
+#                  (n_synthetic = half a's SERPs, n_real = half b's)
+#   fit_b_score_a  the same with the halves swapped
+#   cross_fitted   the two out-of-sample scorings pooled: every real SERP scored once, by the surrogate fitted on
+#                  the other half (reverse_ppl = forward_ppl = that number): the coverage chart's reference
+REAL_LOG = "real_log"
+IN_SAMPLE, A_ON_B, B_ON_A, CROSS_FITTED = "observed", "fit_a_score_b", "fit_b_score_a", "cross_fitted"
+
+
 def coverage_row(run_id: str, dataset: str, generator: str, surrogate: str, surrogate_iterations: int,
                  order: str, mode: str, reverse: Perplexity, forward: Perplexity, n_real: int) -> dict:
     """One distributional_metrics row: a generator's Reverse / Forward PPL (NaN stored as null)."""

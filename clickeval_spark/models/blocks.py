@@ -60,7 +60,7 @@ from pyspark.sql import types as T
 
 from clickeval_spark.models.attach import list_lengths
 from clickeval_spark.models.base import INIT_VALUE, LL_EPS, ClickModel, binned_sums
-from clickeval_spark.models.priors import EB_GRID, FamilyPrior, log_prior, pooled_rank_means, posterior_mode
+from clickeval_spark.models.priors import EB_GRID, FamilyPrior, log_prior, pooled_rank_means, posterior_mode, ratio_or
 
 #: SERPs per block: enough that a task's numpy work dwarfs its scheduling cost (a Python task costs ~0.1 s
 #: per pass), small enough that a block's arrays stay ~13 MB (50 bytes per SERP of 10 ranks); the paired
@@ -562,8 +562,7 @@ def _pair_means(block: BlockArrays, by_rank: np.ndarray) -> np.ndarray:
     bins = block.bins[:n].ravel()
     w = np.broadcast_to(block.weight[:n, None], (n, M))
     sums = np.stack([binned_sums(bins, block.n_pairs, (w * row[None, :]).ravel()) for row in by_rank])
-    seen = block.impressions > 0
-    return np.where(seen[None, :], sums / np.where(seen, block.impressions, 1.0)[None, :], INIT_VALUE)
+    return ratio_or(sums, block.impressions[None, :], INIT_VALUE)
 
 
 def _examination_pass(g: Mapping[str, np.ndarray], block: BlockArrays, alpha: np.ndarray, estep: bool, held_out: bool,

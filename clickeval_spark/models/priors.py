@@ -179,17 +179,20 @@ def log_prior(values: np.ndarray, k, m) -> float:
     return float(terms.sum())
 
 
+def ratio_or(num: np.ndarray, den: np.ndarray, fallback) -> np.ndarray:
+    """num / den, and ``fallback`` where den is 0 (no data)."""
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), fallback)
+
+
 def pooled_rank_means(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     """A per-rank family's pooled mean of each rank (over its other axes), broadcastable to its shape."""
     axes = tuple(range(1, num.ndim))
-    n, d = num.sum(axis=axes, keepdims=True), den.sum(axis=axes, keepdims=True)
-    return np.where(d > 0, n / np.where(d > 0, d, 1.0), INIT_VALUE)
+    return ratio_or(num.sum(axis=axes, keepdims=True), den.sum(axis=axes, keepdims=True), INIT_VALUE)
 
 
 def pooled_rank_mean(sums: np.ndarray, fallback: float) -> np.ndarray:
     """A qd family's pooled mean by rank from its (num..., den...) rank sums; ``fallback`` at ranks never shown."""
-    num, den = np.split(np.asarray(sums, dtype=np.float64), 2)
-    return np.where(den > 0, num / np.where(den > 0, den, 1.0), fallback)
+    return ratio_or(*np.split(np.asarray(sums, dtype=np.float64), 2), fallback)
 
 
 def eb_strength(evidence: np.ndarray) -> float | None:

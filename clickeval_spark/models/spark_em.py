@@ -186,9 +186,10 @@ def _eb_update(cand: _Candidate, model: ClickModel, M: int, sums: dict[str, np.n
         else:   # a per-rank global family of several cells per rank (UBM's gamma): a few dozen cells
             from clickeval_spark.models.compiled import beta_binomial_evidence
 
-            size = int(np.prod(model.global_shapes(M)[p]))
-            num, den = sums[p][:size].reshape(-1, size // M), sums[p][size:].reshape(-1, size // M)
-            m = np.broadcast_to(pooled_rank_means(num, den), num.shape)
+            shape = model.global_shapes(M)[p]
+            size = int(np.prod(shape))
+            num, den = sums[p][:size].reshape(shape), sums[p][size:].reshape(shape)
+            m = np.broadcast_to(pooled_rank_means(num, den), shape)
             evidence = np.zeros(len(EB_GRID))
             beta_binomial_evidence(num.ravel(), den.ravel(), np.ascontiguousarray(m).ravel(), np.asarray(EB_GRID),
                                    evidence)

@@ -17,7 +17,8 @@ from clickeval_spark import tables
 from clickeval_spark.context import StageContext
 from clickeval_spark.errors import ClickevalError
 from clickeval_spark.hashing import seeded_uniform
-from clickeval_spark.metrics.distributional import Perplexity, coverage_row, perplexities
+from clickeval_spark.metrics.distributional import (A_ON_B, B_ON_A, CROSS_FITTED, IN_SAMPLE, REAL_LOG, Perplexity,
+                                                    coverage_row, perplexities)
 from clickeval_spark.models import get_model
 from clickeval_spark.models.attach import truncate_serps
 from clickeval_spark.models.blocks import pack_log
@@ -29,18 +30,7 @@ log = logging.getLogger("clickeval")
 
 VARIANT = ("generator_model", "list_order", "click_mode")
 
-# The real log's reference rows: generator_model "real_log", list_order "original", and a click_mode that says
-# how the surrogate was fitted and scored (its variant: original/<click_mode>):
-#   observed       fitted on every real SERP and scored on them: in sample, as before (and the surrogate that
-#                  scores every generator's sequences: Forward PPL)
-#   fit_a_score_b  fitted on half a of the real SERPs, scored on half b (reverse_ppl); forward_ppl the surrogate
-#                  fitted on half b, scored on half a: half a in a generator's place, half b the real log
-#                  (n_synthetic = half a's SERPs, n_real = half b's)
-#   fit_b_score_a  the same with the halves swapped
-#   cross_fitted   the two out-of-sample scorings pooled: every real SERP scored once, by the surrogate fitted on
-#                  the other half (reverse_ppl = forward_ppl = that number): the coverage chart's reference
-REAL_LOG = "real_log"
-IN_SAMPLE, A_ON_B, B_ON_A, CROSS_FITTED = "observed", "fit_a_score_b", "fit_b_score_a", "cross_fitted"
+# the real log's reference rows: metrics/distributional.py (REAL_LOG and its click_modes)
 # the halves: a seeded hash of session_id, so the SERPs of a session (correlated) stay together
 HALF_SEED = 20210416
 HALF_SALT = "surrogate-half"
