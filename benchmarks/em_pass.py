@@ -8,7 +8,7 @@ in one local[*] session:
 
 1. the numpy reference's PBM / UBM passes (benchmarks/numpy_reference.py) on the same SERPs;
 2. per --block-serps: the log packed as `fit` packs it, then --passes EM passes of each model (one
-   candidate, no prior) through `blocks.run_iteration` (the "stages" engine: a Spark job per pass),
+   candidate, no prior) through `stage_passes.run_iteration` (the "stages" engine: a Spark job per pass),
    and as many in one barrier stage (`resident.ResidentPasses`, the "resident" engine; the stage's
    start-up is printed apart), the median of all passes but the first;
 3. on the last packing, what a pass is made of: every block's E- and M-step in this process
@@ -34,9 +34,12 @@ from benchmarks.numpy_reference import REFERENCES
 from benchmarks.run import reference_arrays_of
 from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.models import get_model
-from clickeval_spark.models.blocks import PASS_SCHEMA, PassPlan, _iteration_fn, release, run_iteration
-from clickeval_spark.models.resident import ResidentPasses
-from clickeval_spark.models.spark_em import _resident_tasks, pack_serps
+from clickeval_spark.em.blocks import PASS_SCHEMA, release
+from clickeval_spark.em.passes import PassPlan
+from clickeval_spark.em.stage_passes import _iteration_fn, run_iteration
+from clickeval_spark.em.resident import ResidentPasses
+from clickeval_spark.em.blocks import pack_serps
+from clickeval_spark.em.driver import resident_tasks
 from clickeval_spark.runtime import session_for
 from clickeval_spark.sources import synthetic
 
@@ -73,7 +76,7 @@ def resident_passes(packed, name: str, passes: int) -> tuple[list[float], float]
     """``passes`` passes in one barrier stage (`resident.ResidentPasses`): (seconds per pass, seconds to start)."""
     model, plan = first_pass(name)
     t = time.perf_counter()
-    engine = ResidentPasses(packed.blocks, model, M, packed.first_blocks, _resident_tasks(packed, model, "resident"))
+    engine = ResidentPasses(packed.blocks, model, M, packed.first_blocks, resident_tasks(packed, model, "resident"))
     start, times = time.perf_counter() - t, []
     try:
         for _ in range(passes):

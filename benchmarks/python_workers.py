@@ -19,8 +19,9 @@ import numpy as np
 
 from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.models import get_model
-from clickeval_spark.models.blocks import PassPlan, run_iteration
-from clickeval_spark.models.spark_em import pack_serps
+from clickeval_spark.em.passes import PassPlan
+from clickeval_spark.em.stage_passes import run_iteration
+from clickeval_spark.em.blocks import pack_serps
 from clickeval_spark.runtime import session_for
 from clickeval_spark.sources import synthetic
 

@@ -41,7 +41,7 @@ def build_session(
     embedded=False is spark-submit on a cluster: master and jars come from the
     submit command (`--master`, `--packages`), so nothing here overrides them.
     checkpoint_dir: the SparkContext's checkpoint directory (reliable checkpoints of
-    EM's blocks, `clickeval_spark.models.blocks.checkpointed`); None: local checkpoints.
+    EM's blocks, `clickeval_spark.em.blocks.checkpointed`); None: local checkpoints.
     log_file: embedded only; the JVM this call starts writes its stdout and stderr there (Spark's
     log4j console, Ivy's resolution report, the JVM's own warnings, the Python workers' stderr),
     so the terminal shows the project's lines alone. None: they go to this process's stderr.

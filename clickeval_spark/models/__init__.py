@@ -17,8 +17,8 @@ MODELS: dict[str, ClickModel] = {
     m.name: m for m in (GCTR(), RCTR(), DCTR(), PBM(), CM(), UBM(), DCM(), CCM(), DBN(), SDBN())
 }
 
-#: how a fit runs its EM passes (`spark_em.fit_groups`'s ``engine``): one Spark job per pass, every pass in
-#: one barrier stage (`resident.ResidentPasses`), or the second where the cluster allows it
+#: how a fit runs its EM passes (`em.EMOptions.engine`): one Spark job per pass, every pass in one barrier
+#: stage (`em.resident.ResidentPasses`), or the second where the cluster allows it
 ENGINES = ("auto", "stages", "resident")
 
 

@@ -50,7 +50,7 @@ DEFAULT_K_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 #: On the TREC Session 2014 sample and on the synthetic default log the valid-split
 #: choice lands between 2 and 8 for the EM models (README, "Priors").
 DEFAULT_K = 4.0
-# passes during which pooled prior means follow the fit; after them m is fixed (see spark_em.fit)
+# passes during which pooled prior means follow the fit; after them m is fixed (`em.candidates.Candidate.advance`)
 DEFAULT_WARMUP = 20
 #: the strengths empirical Bayes chooses from, per family: 0.25 * sqrt(2)^j up to 4096
 EB_GRID = tuple(0.25 * 2 ** (j / 2) for j in range(29))

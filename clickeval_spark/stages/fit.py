@@ -9,9 +9,8 @@ from functools import reduce
 from pyspark.sql import DataFrame
 
 from clickeval_spark.context import StageContext
+from clickeval_spark.em import EMOptions, fit, pack_serps
 from clickeval_spark.models import get_model
-from clickeval_spark.models.priors import model_prior
-from clickeval_spark.models.spark_em import fit, pack_serps
 
 log = logging.getLogger("clickeval")
 
@@ -21,9 +20,9 @@ def run(ctx: StageContext) -> dict[str, list]:
 
     The valid split is packed beside the training SERPs: every fit scores it in the
     same passes, which is what `fit.prior.k: auto` chooses the prior strength by.
-    Every model's params go into one Delta commit (one slice per model, replaced together):
-    a commit per model cost 1.7-3.9 s each on the default data. Each model's `fit:<model>`
-    runs row stays open until that commit lands, so a failed write marks them all failed.
+    Every model's params go into one Delta commit (one slice per model, replaced together).
+    Each model's `fit:<model>` runs row stays open until that commit lands, so a failed write
+    marks them all failed.
     """
     fcfg = ctx.cfg.fit
     histories, rows = {}, []
@@ -34,12 +33,7 @@ def run(ctx: StageContext) -> dict[str, list]:
             for name in fcfg.models:
                 run = open_runs.enter_context(ctx.record(f"fit:{name}"))
                 model = get_model(name)
-                kind, k, families = fcfg.prior_overrides(name)
-                fitted = fit(packed, model, iterations=fcfg.iterations, tol=fcfg.tol,
-                             prior=model_prior(model, packed.max_rank, kind, k, families,
-                                                 rank_means=fcfg.prior.rank_means, seen_means=fcfg.prior.seen_means),
-                             k_grid=fcfg.prior.grid, prior_warmup=fcfg.prior.warmup, logger=log,
-                             checkpoint_interval=fcfg.checkpoint_interval, engine=fcfg.engine)
+                fitted = fit(packed, model, EMOptions.from_config(fcfg, model, packed.max_rank), logger=log)
                 rows.append(fitted.to_rows(ctx.run_id))
                 run.counts["iterations"] = max(0, len(fitted.history) - 1)
                 run.details["history"] = [{"iteration": i, "train_ll": ll, "log_posterior": lp, "seconds": s}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 import numpy as np
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -19,12 +20,10 @@ from clickeval_spark.errors import ClickevalError
 from clickeval_spark.hashing import seeded_uniform
 from clickeval_spark.metrics.distributional import (A_ON_B, B_ON_A, CROSS_FITTED, IN_SAMPLE, REAL_LOG, Perplexity,
                                                     coverage_row, perplexities)
+from clickeval_spark.em import EMOptions, fit_groups, pack_log
 from clickeval_spark.models import get_model
 from clickeval_spark.models.attach import truncate_serps
-from clickeval_spark.models.blocks import pack_log
 from clickeval_spark.models.fitted import FittedModel
-from clickeval_spark.models.priors import model_prior
-from clickeval_spark.models.spark_em import fit_groups
 
 log = logging.getLogger("clickeval")
 
@@ -117,11 +116,10 @@ def run(ctx: StageContext) -> list[dict]:
         # one pack, one Spark job per EM pass for all 1 + len(variants) (+ 2) fits, the same prior and passes for
         # each: the held-out real SERPs are only scored (select_on_held_out=False), so `k: auto` means
         # priors.DEFAULT_K, as for a fit without held-out SERPs
-        prior = model_prior(surrogate, max_rank, *ctx.cfg.fit.prior_overrides(scfg.model),
-                            rank_means=ctx.cfg.fit.prior.rank_means)
+        options = replace(EMOptions.from_config(ctx.cfg.fit, surrogate, max_rank), iterations=scfg.iterations,
+                          tol=None, select_on_held_out=False, ppl_eps=scfg.eps)
         try:
-            fits = fit_groups(packed, surrogate, iterations=scfg.iterations, prior=prior, logger=log,
-                              select_on_held_out=False, ppl_eps=scfg.eps, engine=ctx.cfg.fit.engine)
+            fits = fit_groups(packed, surrogate, options, logger=log)
         finally:
             packed.unpersist()
         t_fit = time.perf_counter() - t0 - t_pack

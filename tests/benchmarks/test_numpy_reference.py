@@ -2,7 +2,7 @@
 
 The hand-written PBM / UBM references are checked against the numpy oracle driver
 (tests/models/numpy_em.py, which runs the package's kernels), and the block E/M-step
-that every Spark EM task runs (`blocks.em_block`) against both, on a simulated log
+that every Spark EM task runs (`step.em_block`) against both, on a simulated log
 with lists of uneven length.
 """
 
@@ -13,7 +13,9 @@ import pytest
 
 from benchmarks.numpy_reference import REFERENCES, prev_click_rank
 from clickeval_spark.models import get_model
-from clickeval_spark.models.blocks import BlockArrays, em_block, encode_data, global_params, split_stats
+from clickeval_spark.em.codec import encode_data
+from clickeval_spark.em.step import BlockArrays, em_block, global_params
+from clickeval_spark.em.sums import split_stats
 from clickeval_spark.models.priors import model_prior, pooled_mean
 from tests.models.numpy_em import fit_numpy, simulate
 

@@ -31,7 +31,7 @@ import numpy as np
 import clickeval_spark
 from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.models import get_model
-from clickeval_spark.models.spark_em import fit
+from clickeval_spark.em.driver import fit
 from clickeval_spark.runtime import session_for
 from tests.cluster.standalone import SHORT_LIVED_JVM
 from tests.spark_settings import INTERPRETED

@@ -1,6 +1,6 @@
 """The compiled pass of the examination models (`compiled.examination_pass`) against the numpy kernels.
 
-The oracle is `blocks.em_block` with ``compiled=False``: PBM's and UBM's vectorised numpy E-step
+The oracle is `step.em_block` with ``compiled=False``: PBM's and UBM's vectorised numpy E-step
 and LL, slice by slice. Both paths run the same passes (beta prior M-steps, folded rows with
 weights, lists of uneven length, held-out rows, a scoring pass with perplexity terms) and must
 give the same state and sums up to rounding.
@@ -13,7 +13,8 @@ import pytest
 
 from clickeval_spark.models import get_model
 from clickeval_spark.models.base import LL_EPS
-from clickeval_spark.models.blocks import BlockArrays, em_block, global_params, split_stats
+from clickeval_spark.em.step import BlockArrays, em_block, global_params
+from clickeval_spark.em.sums import split_stats
 from clickeval_spark.models.priors import model_prior, pooled_mean
 
 M, B, N_TRAIN, N_PAIRS = 7, 3000, 2400, 150

@@ -1,4 +1,4 @@
-"""Identical SERPs folded into weighted rows (`blocks.fold_rows`) give the same EM pass as the SERPs themselves.
+"""Identical SERPs folded into weighted rows (`codec.fold_rows`) give the same EM pass as the SERPs themselves.
 
 The oracle is the unfolded block: every model's `em_block` over a log full of repeats,
 row by row, against the same log folded, for several passes with the beta prior's
@@ -12,8 +12,9 @@ import pyarrow as pa
 import pytest
 
 from clickeval_spark.models import MODELS, get_model
-from clickeval_spark.models.blocks import (BlockArrays, decode_data, decode_keys, em_block, fold_rows, global_params,
-                                           pack_block, split_stats)
+from clickeval_spark.em.codec import decode_data, decode_keys, fold_rows, pack_block
+from clickeval_spark.em.step import BlockArrays, em_block, global_params
+from clickeval_spark.em.sums import split_stats
 from clickeval_spark.models.priors import model_prior, pooled_mean
 from tests.models.numpy_em import simulate
 

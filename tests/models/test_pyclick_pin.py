@@ -24,13 +24,14 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from clickeval_spark import ingest
+from clickeval_spark import ingestion
 from clickeval_spark.config import FitConfig, IngestConfig, PriorConfig
 from clickeval_spark.metrics.click_prediction import log_likelihood_by_split
 from clickeval_spark.models import get_model
 from clickeval_spark.models.predict import predict_models
 from clickeval_spark.models.priors import model_prior
-from clickeval_spark.models.spark_em import fit, pack_serps
+from clickeval_spark.em.blocks import pack_serps
+from clickeval_spark.em.driver import fit
 from tests.test_stages_trec import DATA
 
 pytestmark = [pytest.mark.skipif(not DATA.exists(), reason="../shared/data is not beside the checkout"),
@@ -57,7 +58,7 @@ def trec_serps(spark):
     (and conf/trec-demo.yaml) does, without writing them to Delta tables."""
     icfg = IngestConfig(dataset="trec2014", format="per_query_text", text_variant="graphcm",
                         paths={s: str(DATA / f"{s}_per_query_quid.txt") for s in ("train", "valid", "test")})
-    out = ingest.run_ingest(spark, icfg, ingest.parse_serps(spark, icfg), None, "pyclick-pin")
+    out = ingestion.run_ingest(spark, icfg, ingestion.parse_serps(spark, icfg), None, "pyclick-pin")
     serps = out.serps.cache()
     yield serps
     serps.unpersist()

@@ -8,9 +8,11 @@ import pytest
 from scipy.special import betaln
 
 from clickeval_spark.models import get_model
-from clickeval_spark.models.compiled import beta_binomial_evidence
+from clickeval_spark.em.compiled import beta_binomial_evidence
 from clickeval_spark.models.priors import EB_GRID, eb_strength, model_prior
-from clickeval_spark.models.spark_em import _Candidate, _candidate_prior, _eb_update, fit, pack_serps
+from clickeval_spark.em.blocks import pack_serps
+from clickeval_spark.em.candidates import Candidate, candidate_prior
+from clickeval_spark.em.driver import fit
 from tests.models.test_priors import DCTR_ROWS, _sparse_log, _split
 from tests.models.test_spark_em import SERPS_SCHEMA
 
@@ -88,14 +90,14 @@ def test_examination_cells_take_their_own_eb_strength():
     # UBM: the grid's strength is the attractiveness's; the cells' (rank x rank of the last click) is their
     # evidence's argmax around their rank's pooled mean
     model, M = get_model("ubm"), 3
-    prior = _candidate_prior(model_prior(model, M), 8.0)
+    prior = candidate_prior(model_prior(model, M), 8.0)
     assert prior.qd["alpha"].k == 8.0 and prior.eb == ("gamma",)
     rng = np.random.default_rng(1)
     den = rng.integers(50, 500, (M, M + 1)).astype(float)
     num = den * np.clip(rng.normal([[0.9], [0.6], [0.4]], 0.05, (M, M + 1)), 0.01, 0.99)
     sums = {"gamma": np.concatenate([num.ravel(), den.ravel()])}
-    cand = _Candidate(prior=prior, g={})
-    _eb_update(cand, model, M, sums)
+    cand = Candidate(prior=prior, g={})
+    cand.eb_update(model, M, sums)
     rank_m = np.broadcast_to(num.sum(axis=1, keepdims=True) / den.sum(axis=1, keepdims=True), num.shape)
     expected = EB_GRID[int(np.argmax(_evidence(num.ravel(), den.ravel(), rank_m.ravel())))]
     assert cand.prior.glob["gamma"].k == expected and cand.prior.qd["alpha"].k == 8.0

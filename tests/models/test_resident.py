@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
-from clickeval_spark.models import attach, blocks, get_model, resident, spark_em
+from clickeval_spark.models import attach, get_model
+from clickeval_spark.em import blocks, driver, passes, resident
 from tests.models.test_spark_em import Log
 
 
@@ -38,12 +39,12 @@ def test_resident_fit_is_bit_identical_to_the_stage_engine(spark, name, caplog):
     fit, the history's LLs and the chosen strength equal the stage engine's bit for bit."""
     model, M = get_model(name), 5
     log, valid = Log(model, n_serps=400, M=M, seed=51), Log(model, n_serps=80, M=M, seed=52)
-    packed = spark_em.pack_serps(log.df(spark), max_rank=M, held_out=valid.df(spark))
+    packed = blocks.pack_serps(log.df(spark), max_rank=M, held_out=valid.df(spark))
     options = dict(iterations=8, tol=1e-3, max_rank=M, k_grid=(0.5, 4.0, 32.0))
     try:
-        stages = spark_em.fit(packed, model, engine="stages", **options)
-        with caplog.at_level(logging.INFO, logger="clickeval_spark.models.spark_em"):
-            res = spark_em.fit(packed, model, engine="resident", **options)
+        stages = driver.fit(packed, model, engine="stages", **options)
+        with caplog.at_level(logging.INFO, logger="clickeval_spark.em.driver"):
+            res = driver.fit(packed, model, engine="resident", **options)
     finally:
         packed.unpersist()
     assert "resident EM stage: 2 tasks up" in caplog.text   # local[2]: one task per slot
@@ -59,8 +60,8 @@ def test_resident_groups_fit_bit_identical_with_held_out_perplexity(spark):
     packed = _grouped_log(spark, model, M)
     options = dict(iterations=4, select_on_held_out=False, ppl_eps=1e-6)
     try:
-        stages = spark_em.fit_groups(packed, model, engine="stages", **options)
-        res = spark_em.fit_groups(packed, model, engine="resident", **options)
+        stages = driver.fit_groups(packed, model, engine="stages", **options)
+        res = driver.fit_groups(packed, model, engine="resident", **options)
     finally:
         packed.unpersist()
     assert [_values(f) for f in res] == [_values(f) for f in stages]
@@ -74,7 +75,7 @@ def test_a_lost_resident_stage_fits_again_with_stages(spark, monkeypatch, caplog
     with the same result."""
     model, M = get_model("pbm"), 5
     log = Log(model, n_serps=300, M=M, seed=61)
-    packed = spark_em.pack_serps(log.df(spark), max_rank=M)
+    packed = blocks.pack_serps(log.df(spark), max_rank=M)
     real_run, calls = resident.ResidentPasses.run, []
 
     def run_then_lose(self, plans):
@@ -88,10 +89,10 @@ def test_a_lost_resident_stage_fits_again_with_stages(spark, monkeypatch, caplog
 
     options = dict(iterations=6, tol=None, max_rank=M)
     try:
-        expected = spark_em.fit(packed, model, engine="stages", **options)
+        expected = driver.fit(packed, model, engine="stages", **options)
         monkeypatch.setattr(resident.ResidentPasses, "run", run_then_lose)
-        with caplog.at_level(logging.WARNING, logger="clickeval_spark.models.spark_em"):
-            got = spark_em.fit(packed, model, engine="resident", **options)
+        with caplog.at_level(logging.WARNING, logger="clickeval_spark.em.driver"):
+            got = driver.fit(packed, model, engine="resident", **options)
     finally:
         packed.unpersist()
     assert len(calls) == 4
@@ -103,7 +104,7 @@ def test_the_driver_ignores_a_connection_without_the_token(spark, monkeypatch):
     """A stranger connecting to the driver's port while the tasks join is dropped; the fit goes on."""
     model, M = get_model("pbm"), 4
     log = Log(model, n_serps=120, M=M, seed=71)
-    packed = spark_em.pack_serps(log.df(spark), max_rank=M)
+    packed = blocks.pack_serps(log.df(spark), max_rank=M)
     real_accept, strangers = resident.ResidentPasses._accept, []
 
     def accept_after_a_stranger(self, token, timeout):
@@ -115,8 +116,8 @@ def test_the_driver_ignores_a_connection_without_the_token(spark, monkeypatch):
 
     monkeypatch.setattr(resident.ResidentPasses, "_accept", accept_after_a_stranger)
     try:
-        got = spark_em.fit(packed, model, engine="resident", iterations=3, tol=None, max_rank=M)
-        expected = spark_em.fit(packed, model, engine="stages", iterations=3, tol=None, max_rank=M)
+        got = driver.fit(packed, model, engine="resident", iterations=3, tol=None, max_rank=M)
+        expected = driver.fit(packed, model, engine="stages", iterations=3, tol=None, max_rank=M)
     finally:
         packed.unpersist()
         for s in strangers:
@@ -129,18 +130,18 @@ def test_auto_engine_choice(spark, monkeypatch):
     """auto: resident for an iterative model when the cluster has slots; stages for a counting model or
     with no slot (dynamic allocation); an explicit resident request without a slot is an error."""
     log = Log(get_model("pbm"), n_serps=60, M=3, seed=81)
-    packed = spark_em.pack_serps(log.df(spark), max_rank=3)
+    packed = blocks.pack_serps(log.df(spark), max_rank=3)
     try:
         assert resident.cluster_slots(packed.blocks) == 2
-        assert spark_em._resident_tasks(packed, get_model("pbm"), "auto") == 2
-        assert spark_em._resident_tasks(packed, get_model("dctr"), "auto") == 0
-        assert spark_em._resident_tasks(packed, get_model("pbm"), "stages") == 0
-        monkeypatch.setattr(spark_em, "cluster_slots", lambda df: 0)
-        assert spark_em._resident_tasks(packed, get_model("pbm"), "auto") == 0
+        assert driver.resident_tasks(packed, get_model("pbm"), "auto") == 2
+        assert driver.resident_tasks(packed, get_model("dctr"), "auto") == 0
+        assert driver.resident_tasks(packed, get_model("pbm"), "stages") == 0
+        monkeypatch.setattr(driver, "cluster_slots", lambda df: 0)
+        assert driver.resident_tasks(packed, get_model("pbm"), "auto") == 0
         with pytest.raises(ValueError, match="no slot for a barrier stage"):
-            spark_em._resident_tasks(packed, get_model("pbm"), "resident")
+            driver.resident_tasks(packed, get_model("pbm"), "resident")
         with pytest.raises(ValueError, match="engine must be one of"):
-            spark_em.fit(packed, get_model("pbm"), engine="fast")
+            driver.fit(packed, get_model("pbm"), engine="fast")
     finally:
         packed.unpersist()
 
@@ -148,9 +149,9 @@ def test_auto_engine_choice(spark, monkeypatch):
 def test_pass_plans_cross_the_socket_as_exact_json():
     """The driver's plans reach the tasks as JSON (data, not pickle) and come back bit for bit."""
     rng = np.random.default_rng(5)
-    plans = [blocks.PassPlan("step", {"gamma": rng.random((3, 4)) ** 7, "lambda": np.array(-0.0)},
+    plans = [passes.PassPlan("step", {"gamma": rng.random((3, 4)) ** 7, "lambda": np.array(-0.0)},
                              (np.array([0.5, 4.0]), np.array([1 / 3, 2 ** -1074])), 1, 1e-6),
-             blocks.PassPlan("hold", {"gamma": np.full((3, 4), np.nextafter(0.5, 1))}, None)]
+             passes.PassPlan("hold", {"gamma": np.full((3, 4), np.nextafter(0.5, 1))}, None)]
     wire = resident.encode_plans(plans)
     back = resident.decode_plans(bytearray(wire))
     assert b"pickle" not in wire and wire.startswith(b'{"command": "pass"')

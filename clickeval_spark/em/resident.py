@@ -1,23 +1,19 @@
-"""EM passes inside one long-running barrier stage: blocks decoded once, their state kept in the tasks.
+"""The resident engine: every EM pass of a fit inside one long-running barrier stage.
 
-The stage engine (`blocks.run_iteration`) runs one Spark job per pass: about 0.6-0.8 s of
-scheduling, task launch and Arrow transfer of every block and its state, whatever the log's
-size (benchmarks/em_pass.py). Here one barrier stage (every task launched at once, at most one
-per slot of the cluster) holds the packed blocks for the whole fit: each task decodes its
-blocks once and keeps their state in its Python worker. Per pass the driver sends the pass
-plans over a socket and reads back every block's stats vector (a few hundred numbers); it adds
-them in block order as `run_iteration` does, and every block runs the same `blocks.block_pass`:
-the same sums and parameters, bit for bit. After the last pass each task returns its blocks with
-their final state as the stage's rows (locally checkpointed; reliably too with a checkpoint
-directory), which `blocks.qd_table` reads.
+Each task (at most one per slot of the cluster) decodes its blocks once and keeps their state in its
+Python worker. Per pass the driver sends the pass plans over a socket and reads back every block's
+stats vector; it adds them in block order as the stage engine does, and every block runs the same
+`sums.block_pass`: the same sums and parameters, bit for bit, without a Spark job per pass. After the
+last pass each task returns its blocks with their final state as the stage's rows (locally
+checkpointed; reliably too with a checkpoint directory).
 
 The driver side is a TCP server on ``spark.driver.host``, as XGBoost's PySpark tracker and
 TorchDistributor do it. A task proves itself with a random token from its closure; nothing on the
 socket is unpickled: the driver sends JSON, the tasks raw int64 and float64.
 
-Costs: barrier mode needs every task running at once and refuses dynamic allocation, and a
-barrier stage restarts whole. A lost task ends the engine (`EngineLost`); `spark_em.fit_groups`
-then refits from the start with the stage engine, whose checkpoints survive a lost executor.
+Costs: barrier mode needs every task running at once and refuses dynamic allocation, and a barrier
+stage restarts whole. A lost task ends the engine (`EngineLost`); the driver then fits again with
+the stage engine, whose checkpoints survive a lost executor.
 """
 
 from __future__ import annotations
@@ -37,9 +33,11 @@ import pyarrow as pa
 from pyspark import BarrierTaskContext
 from pyspark.sql import DataFrame
 
+from clickeval_spark.em.blocks import PASS_SCHEMA, checkpointed, release
+from clickeval_spark.em.passes import EngineLost, PassPlan
+from clickeval_spark.em.step import BlockArrays
+from clickeval_spark.em.sums import block_pass, pass_plans, stats_layout, sum_block_stats
 from clickeval_spark.models.base import ClickModel
-from clickeval_spark.models.blocks import (PASS_SCHEMA, BlockArrays, PassPlan, block_pass, checkpointed, pass_plans,
-                                           release, stats_layout, sum_block_stats)
 
 _LENGTH = struct.Struct("<q")
 _TOKEN_BYTES = 32
@@ -48,10 +46,6 @@ CONNECT_TIMEOUT = 300.0
 _POLL = 0.5   # seconds between looks at the barrier job while waiting on a socket
 _HELLO_LIMIT = 1 << 24   # bytes: the token and a task's block numbers
 _HELLO_SECONDS = 10.0    # from connecting to the end of the hello
-
-
-class EngineLost(RuntimeError):
-    """The barrier stage ended, or a task went away, before the fit was done."""
 
 
 def _send(sock: socket.socket, payload: bytes) -> None:
@@ -99,7 +93,7 @@ def encode_plans(plans: list[PassPlan] | None) -> bytes:
         {"mode": p.mode, "g": {k: _array(v) for k, v in p.g.items()},
          "update": None if p.update is None else [_array(a) for a in p.update],
          "group": p.group, "ppl_eps": p.ppl_eps, "held_out": p.held_out, "eb": p.eb,
-         "seen_by_rank": p.seen_by_rank} for p in plans]}).encode()
+         "seen_by_rank": p.seen_by_rank, "compiled": p.compiled} for p in plans]}).encode()
 
 
 def decode_plans(buf) -> list[PassPlan] | None:
@@ -108,7 +102,7 @@ def decode_plans(buf) -> list[PassPlan] | None:
         return None
     return [PassPlan(p["mode"], {k: _unarray(v) for k, v in p["g"].items()},
                      None if p["update"] is None else tuple(_unarray(a) for a in p["update"]), p["group"], p["ppl_eps"],
-                     p["held_out"], p["eb"], p["seen_by_rank"])
+                     p["held_out"], p["eb"], p["seen_by_rank"], p["compiled"])
             for p in msg["plans"]]
 
 
@@ -187,6 +181,7 @@ class ResidentPasses:
                                 PASS_SCHEMA, barrier=True)
         self._group = f"clickeval-resident-{uuid.uuid4().hex}"
         self._final: DataFrame | None = None
+        self._finished: DataFrame | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._materialise, args=(stage,), name=self._group, daemon=True)
         self._thread.start()
@@ -277,16 +272,23 @@ class ResidentPasses:
         self._send_all(encode_plans(None))
         self._thread.join()
         self._alive()
+        self._stop()
         final = self._final
-        self.close()
-        if self._sc.getCheckpointDir() is None:
-            return final
-        reliable = checkpointed(final)   # a lost executor's final state is read back, not recomputed by the stage
-        release(final)
-        return reliable
+        if self._sc.getCheckpointDir() is not None:
+            # a lost executor's final state is read back, not recomputed by the stage
+            self._final = checkpointed(final)
+            release(final)
+        self._finished = self._final
+        return self._finished
 
     def close(self) -> None:
-        """Cancel the stage if it still runs; close every socket."""
+        """Cancel the stage if it still runs, close every socket, release the finished blocks."""
+        self._stop()
+        if self._finished is not None:
+            release(self._finished)
+            self._finished = None
+
+    def _stop(self) -> None:
         if self._thread.is_alive():
             self._sc.cancelJobGroup(self._group)
         for conn, _ in self._conns:

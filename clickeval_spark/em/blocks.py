@@ -1,0 +1,226 @@
+"""The training log packed into query blocks on Spark, and the fitted pairs unpacked at the end.
+
+Every per-(query, doc) parameter depends only on the SERPs of its own query, so the log is packed
+once into blocks (a query's SERPs all go to block xxhash64(query_id) mod n_blocks; with groups, the
+group's first block plus that mod the group's n_blocks), one row each (`codec`), and every EM pass
+is a narrow stage over them: the blocked layout Spark MLlib's ALS uses for per-key state.
+
+Groups: a packed log may hold several independent logs (the surrogate stage's real log and every
+generator's sequences), each in its own consecutive range of blocks, packed as it would be alone.
+A group's block count depends only on its number of SERPs and ``block_serps``, so a fit is the same
+on any number of partitions or executors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from clickeval_spark.em.codec import decode_keys, group_of, pack_block
+from clickeval_spark.models.attach import truncate_serps
+from clickeval_spark.models.base import ClickModel
+
+#: SERPs per block: enough that a task's numpy work dwarfs its scheduling cost (a Python task costs ~0.1 s
+#: per pass), small enough that a block's arrays stay ~13 MB (50 bytes per SERP of 10 ranks); the paired
+#: runs against 131072 are in benchmarks/RESULTS.md. Logs under MIN_BLOCKS * BLOCK_SERPS SERPs get
+#: MIN_BLOCKS blocks either way.
+BLOCK_SERPS = 262144
+
+#: at least this many blocks, so small logs still use every core of a small cluster
+MIN_BLOCKS = 4
+
+BLOCK_SCHEMA = T.StructType([
+    T.StructField("block", T.IntegerType(), False),
+    T.StructField("data", T.BinaryType(), False),
+    T.StructField("keys", T.BinaryType(), False),
+    T.StructField("state", T.BinaryType(), True),
+    T.StructField("stats", T.BinaryType(), True),
+])
+
+#: an EM pass's rows: the keys stay in the packed log's cache (only the qd table reads them), so each
+#: pass moves a seventh less through Arrow and the cache
+PASS_SCHEMA = T.StructType([f for f in BLOCK_SCHEMA.fields if f.name != "keys"])
+
+
+@dataclass(frozen=True)
+class BlockGroup:
+    """One independent log of a packed log: blocks first_block .. first_block + n_blocks - 1."""
+
+    first_block: int
+    n_blocks: int
+    n_serps: int        # training SERPs
+    n_held_out: int = 0
+
+
+@dataclass
+class PackedLog:
+    """A training log (and optionally its held-out SERPs) packed into query blocks (cached until `unpersist`);
+    or several independent logs, one `BlockGroup` each."""
+
+    blocks: DataFrame   # BLOCK_SCHEMA rows, state and stats null
+    max_rank: int
+    groups: tuple[BlockGroup, ...]
+
+    @property
+    def n_serps(self) -> int:
+        return sum(g.n_serps for g in self.groups)
+
+    @property
+    def n_held_out(self) -> int:
+        return sum(g.n_held_out for g in self.groups)
+
+    @property
+    def n_blocks(self) -> int:
+        return sum(g.n_blocks for g in self.groups)
+
+    @property
+    def first_blocks(self) -> tuple[int, ...]:
+        return tuple(g.first_block for g in self.groups)
+
+    def unpersist(self) -> None:
+        release(self.blocks)
+
+
+def n_blocks_for(n_serps: int, block_serps: int | None = None) -> int:
+    return max(MIN_BLOCKS, math.ceil(n_serps / (block_serps or BLOCK_SERPS)))
+
+
+def checkpointed(df: DataFrame, *, keep_cached: bool = False) -> DataFrame:
+    """``df`` computed once, its lineage cut where a lost executor's partitions are rebuilt from.
+
+    With a checkpoint directory on the SparkContext (``spark.checkpoint_dir``, reliable storage on a
+    cluster) the rows are written there: a lost executor's partitions are read back. Without one they
+    are local checkpoints, kept by the executors that computed them and lost with them (the embedded
+    default). ``keep_cached``: also serve the reliable copy from the executors' cache (read repeatedly).
+    ``df``'s own cache, if any, is released.
+    """
+    if df.sparkSession.sparkContext.getCheckpointDir() is None:
+        out = df.localCheckpoint(eager=True)
+        df.unpersist()
+        return out
+    if not df.is_cached:  # the checkpoint's count fills the cache, its write job reads it: df is computed once
+        df.cache()
+    out = df.checkpoint(eager=True)
+    df.unpersist()
+    return out.cache() if keep_cached else out
+
+
+def release(df: DataFrame) -> None:
+    """Free what ``df`` holds in the executors: its cache, and the RDD behind a local checkpoint
+    (`checkpointed`). ``unpersist`` alone leaves that RDD persisted until the session ends: an EM fit
+    kept one copy of every block's state per checkpoint interval (a 10M-SERP fit ran out of heap)."""
+    df.unpersist()
+    plan = df._jdf.queryExecution().analyzed()   # no public API reaches a checkpoint's RDD
+    if plan.nodeName() == "LogicalRDD":
+        plan.rdd().unpersist(False)
+
+
+def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None) -> PackedLog:
+    """Pack SERPs (query_id, doc_ids, clicks, optional held_out and group; lists already cut to
+    ``max_rank``; other columns are ignored).
+
+    Held-out SERPs (``held_out`` true: the valid split) are packed beside the
+    training SERPs of their query, so a fit scores them in the same pass.
+    ``group`` (int 0..G-1, default 0) packs G independent logs side by side, each
+    into the blocks it would get alone.
+    """
+    M = int(max_rank)
+    if "held_out" not in prep.columns:
+        prep = prep.withColumn("held_out", F.lit(False))
+    if "group" not in prep.columns:
+        prep = prep.withColumn("group", F.lit(0))
+    # one row per group: the surrogate's few dozen logs at most
+    counts = {int(r["group"]): (int(r["all"]) - int(r["held_out"]), int(r["held_out"])) for r in
+              prep.groupBy("group").agg(F.count(F.lit(1)).alias("all"),
+                                        F.count(F.when(F.col("held_out"), 1)).alias("held_out")).collect()}
+    if sorted(counts) != list(range(len(counts))):
+        raise ValueError(f"pack_log: groups must be 0..G-1 with SERPs in each, got {sorted(counts)}")
+    groups, first = [], 0
+    for g in range(max(len(counts), 1)):
+        n_serps, n_held_out = counts.get(g, (0, 0))
+        n = n_blocks_for(n_serps + n_held_out, block_serps)
+        groups.append(BlockGroup(first, n, n_serps, n_held_out))
+        first += n
+    n_blocks = first
+
+    def pack(key, rows: pa.Table) -> pa.Table:
+        data, keys = pack_block(rows, M)
+        return pa.Table.from_arrays([pa.array([key[0].as_py()], pa.int32()), pa.array([data], pa.binary()),
+                                     pa.array([keys], pa.binary()), pa.nulls(1, pa.binary()), pa.nulls(1, pa.binary())],
+                                    names=BLOCK_SCHEMA.fieldNames())
+
+    def lookup(values: list[int]) -> Column:
+        return F.element_at(F.array(*[F.lit(v) for v in values]), F.col("group") + 1)
+
+    block_of = (lookup([g.first_block for g in groups])
+                + F.pmod(F.xxhash64(F.lit("clickeval-block"), F.col("query_id")), lookup([g.n_blocks for g in groups])))
+    # one block per task when alone; with groups, as many tasks as the whole log would get blocks
+    n_tasks = n_blocks if len(groups) == 1 else n_blocks_for(sum(map(sum, counts.values())), block_serps)
+    blocks = (
+        prep.select(block_of.cast("int").alias("block"), "held_out", "query_id", "doc_ids", "clicks")
+        # identical SERPs folded into one weighted row by Spark's own aggregation (partly before the
+        # shuffle): the Python side packs distinct rows, not SERPs (a 10M-SERP log: 1.7M rows)
+        .groupBy("block", "held_out", "query_id", "doc_ids", "clicks").agg(F.count(F.lit(1)).alias("weight"))
+        .groupBy("block").applyInArrow(pack, BLOCK_SCHEMA)
+        # range partitioning on the block number: a task's blocks are consecutive
+        .repartitionByRange(n_tasks, "block")
+    )
+    blocks = checkpointed(blocks, keep_cached=True)
+    return PackedLog(blocks=blocks, max_rank=M, groups=tuple(groups))
+
+
+def pack_serps(serps: DataFrame, max_rank: int = 10, block_serps: int | None = None,
+               held_out: DataFrame | None = None) -> PackedLog:
+    """The training SERPs (`truncate_serps`'s rule) packed into query blocks, once for any number of fits.
+
+    ``held_out`` SERPs (the valid split) ride along in the same blocks: every fit
+    scores them at no extra Spark job, which is how `k: auto` picks a prior strength.
+    """
+    prep = truncate_serps(serps, max_rank).withColumn("held_out", F.lit(False))
+    if held_out is not None:
+        prep = prep.unionByName(truncate_serps(held_out, max_rank)
+                                .withColumn("held_out", F.lit(True)))
+    return pack_log(prep, max_rank, block_serps)
+
+
+def qd_table(blocks: DataFrame, packed: DataFrame, model: ClickModel, slots: tuple[int, ...] = (0,),
+             first_blocks: tuple[int, ...] = (0,)) -> DataFrame:
+    """Fitted qd parameters as rows: group int, query_id, doc_id, one double per qd param, n_obs double;
+    of each group g, the candidate in its state slot ``slots[g]`` (its position among g's candidates).
+    ``blocks``: the last pass's; ``packed``: the packed log's, whose keys name the pairs.
+
+    Only pairs with a training impression (n_obs > 0): pairs seen only in held-out
+    SERPs are not estimates.
+    """
+    params = list(model.qd_params)
+    schema = T.StructType([T.StructField("group", T.IntegerType()), T.StructField("query_id", T.StringType()),
+                           T.StructField("doc_id", T.StringType())]
+                          + [T.StructField(p, T.DoubleType()) for p in params]
+                          + [T.StructField("n_obs", T.DoubleType())])
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for i, block in enumerate(batch.column("block").to_pylist()):
+                group = group_of(block, first_blocks)
+                keys = decode_keys(batch.column("keys")[i].as_buffer())
+                n_obs = keys.column("n_obs").to_numpy()
+                state = np.frombuffer(batch.column("state")[i].as_buffer(), dtype=np.float64)
+                values = state.reshape(-1, 3, len(params), keys.num_rows)[slots[group], 0]
+                train = n_obs > 0
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(np.full(int(train.sum()), group, dtype=np.int32)),
+                     keys.column("query_id").combine_chunks().filter(pa.array(train)),
+                     keys.column("doc_id").combine_chunks().filter(pa.array(train))]
+                    + [pa.array(values[j][train]) for j in range(len(params))]
+                    + [pa.array(n_obs[train].astype(np.float64))],
+                    names=schema.fieldNames())
+
+    # a merge join: block rows are MBs each, never broadcast through the driver
+    keys = packed.select("block", "keys").hint("merge")
+    return blocks.select("block", "state").join(keys, on="block", how="inner").mapInArrow(run, schema)

@@ -1,0 +1,155 @@
+"""A candidate fit of the EM loop: one resolved prior on one group of the packed log, and its running state.
+
+With ``k: auto`` a fit runs one candidate per (strength, seen-means variant) in the same passes and keeps
+the one with the best held-out LL; every candidate is also how each group of a grouped log is fitted.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from pyspark.sql import DataFrame
+
+from clickeval_spark.em.options import EMOptions
+from clickeval_spark.em.passes import PassPlan
+from clickeval_spark.em.step import cell_evidence, global_params, qd_prior_means
+from clickeval_spark.models.base import ClickModel
+from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.models.priors import ModelPrior, eb_strength, log_prior
+
+
+@dataclass
+class Candidate:
+    """One fit of the lockstep EM: a fully resolved prior and its running state, on one group of the packed log."""
+
+    prior: ModelPrior
+    g: dict[str, np.ndarray]
+    group: int = 0
+    g_means: dict[str, np.ndarray] = field(default_factory=dict)   # the prior means that produced g
+    update: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None   # (k, m, m by rank) of the next qd M-step
+    unseen: dict[str, float] = field(default_factory=dict)
+    unseen_by_rank: dict[str, list[float]] = field(default_factory=dict)
+    history: list[tuple[int, float, float]] = field(default_factory=list)
+    posterior: list[float] = field(default_factory=list)
+    compare_from: int | None = None   # first posterior entry under the final prior (None: m still moving)
+    valid_ll: float = float("nan")
+    active: bool = True
+    done: int = 0
+    pending_secs: float = 0.0   # wall time of the pass that produced the current parameters
+    choice: float | str | None = None   # the grid entry this candidate stands for (a strength, or "eb")
+
+    @property
+    def label(self) -> str:
+        ks = sorted({f.k for f in self.prior.qd.values()})
+        text = "eb" if self.choice == "eb" else "k=" + ",".join(f"{k:g}" for k in ks) if ks else "-"
+        text += " seen->rank" if self.prior.seen_by_rank else ""
+        return (f"group {self.group} " if self.group else "") + text
+
+    @property
+    def means_text(self) -> str:
+        """The qd families' current prior means, for the fit's log."""
+        return " ".join(f"{p}={m:.4f}" for p, m in self.unseen.items())
+
+    def plan(self, opts: EMOptions, final: bool = False) -> PassPlan:
+        """This candidate's part of the next pass; ``final``: the scoring pass after the loop."""
+        if final:
+            return PassPlan("score", self.g, self.update, self.group, opts.ppl_eps,
+                            seen_by_rank=self.prior.seen_by_rank, compiled=opts.compiled)
+        # the held-out LL is read only while it may end the warm-up (and after the last pass)
+        return PassPlan("step" if self.active else "hold", self.g, self.update, self.group,
+                        held_out=opts.select_on_held_out and self.compare_from is None,
+                        eb=bool(self.prior.eb) and self.compare_from is None,
+                        seen_by_rank=self.prior.seen_by_rank, compiled=opts.compiled)
+
+    def record(self, it: int, sums: dict[str, np.ndarray], n_serps: int, opts: EMOptions, model: ClickModel,
+               log: logging.Logger) -> None:
+        """The history entry of the parameters a pass scored (iteration ``it``)."""
+        ll = float(sums["ll"][0]) / n_serps
+        lp_glob = sum(log_prior(self.g[name], f.k, self.g_means[name]) for name, f in self.prior.glob.items()
+                      if f.k > 0 and name in self.g_means)
+        self.history.append((it, ll, self.pending_secs))
+        self.posterior.append((float(sums["ll"][0]) + float(sums["lp"][0]) + lp_glob) / n_serps)
+        scored = sums["n_valid"][0] > 0   # held-out SERPs scored in this pass
+        if opts.select_on_held_out and scored:
+            self.valid_ll = float(sums["ll_valid"][0] / sums["n_valid"][0])
+        log.info("%s %s iteration %d: train LL %.6f per SERP, log posterior %.6f, valid LL %s per position, "
+                 "prior m %s, %.2f s", model.name, self.label, it, ll, self.posterior[-1],
+                 f"{self.valid_ll:.6f}" if scored and opts.select_on_held_out else "-", self.means_text,
+                 self.pending_secs)
+
+    def advance(self, it: int, sums: dict[str, np.ndarray], secs: float, n_serps: int, opts: EMOptions,
+                model: ClickModel, M: int, pooled: bool, log: logging.Logger) -> None:
+        """After pass ``it``: record what it scored, end the warm-up or the fit, and plan the M-steps."""
+        valid_before = self.valid_ll
+        self.record(it - 1, sums, n_serps, opts, model, log)
+        post, tol = self.posterior, opts.tol
+        converged = (tol is not None and self.compare_from is not None
+                     and len(post) >= 2 + self.compare_from and abs(post[-1] - post[-2]) < tol)
+        if self.compare_from is None and (it > opts.prior_warmup or self.valid_ll < valid_before):
+            # this pass's update reuses the m that produced the parameters just scored
+            self.compare_from = len(post) - 1
+            log.info("%s %s prior means fixed after pass %d: %s", model.name, self.label, it - 1, self.means_text)
+        if self.prior.eb and self.compare_from is None:   # strengths are fixed with the means
+            self.eb_update(model, M, sums)
+        frozen = self.compare_from is not None and pooled
+        self.g, self.g_means = global_params(model, M, sums, self.g, self.prior.glob, self.g_means if frozen else None)
+        if frozen and self.update is not None:   # the pooled means the warm-up ended with
+            means, by_rank = self.update[1], self.update[2]
+        else:
+            means, by_rank = qd_prior_means(self.prior, model, sums, M)
+        self.update = (self.prior.qd_arrays(model.qd_params)[0], means, by_rank)
+        self.unseen = {p: float(means[j]) for j, p in enumerate(model.qd_params)}
+        self.unseen_by_rank = {p: by_rank[j].tolist() for j, p in enumerate(model.qd_params)}
+        self.done, self.pending_secs = it, secs
+        if converged:
+            log.info("%s %s converged: |d log posterior| < %g per SERP", model.name, self.label, tol)
+            self.active = False
+        elif not model.iterative and not self.prior.eb:   # counted; only eb candidates count again
+            self.active = False
+
+    def eb_update(self, model: ClickModel, M: int, sums: dict[str, np.ndarray]) -> None:
+        """An empirical Bayes candidate's strengths from this pass's counts: each qd family's from its pairs'
+        evidence (summed by the blocks), each pooled global family's from its cells around their rank's mean."""
+        ks = {}
+        for p in self.prior.eb:
+            k = eb_strength(sums[f"eb_{p}"] if p in model.qd_params else cell_evidence(model, M, sums, p))
+            if k is not None:
+                ks[p] = k
+        self.prior = replace(self.prior.with_strengths(ks), eb=self.prior.eb)
+
+    def strengths(self) -> dict[str, float]:
+        """The empirical Bayes strength of each family of an eb candidate."""
+        fams = {**self.prior.qd, **self.prior.glob}
+        return {p: fams[p].k for p in self.prior.eb}
+
+    def fitted(self, model: ClickModel, M: int, prior: ModelPrior, qd: DataFrame, selection: dict | None,
+               held_out_ppl: tuple[np.ndarray, np.ndarray] | None) -> FittedModel:
+        """This candidate as the fit's result; ``prior`` is the fit's (before candidates resolved it)."""
+        spec = {"kind": prior.kind, "strengths": "eb" if self.choice == "eb" else "grid" if prior.auto else "fixed",
+                "seen_means": self.prior.seen_means[0],
+                "families": {**{p: {"k": f.k, "m": self.unseen[p], "pooled": f.m is None,
+                                    "m_by_rank": self.unseen_by_rank.get(p)}
+                                for p, f in self.prior.qd.items()},
+                             **{name: {"k": f.k, "m": self.g_means[name].ravel().tolist() if f.m is None else f.m,
+                                       "pooled": f.m is None}
+                                for name, f in self.prior.glob.items() if f.k > 0}}}
+        return FittedModel(model=model, max_rank=M, qd=qd, glob=self.g, prior=dict(self.unseen),
+                           prior_by_rank=dict(self.unseen_by_rank), history=self.history, prior_spec=spec,
+                           selection=selection, log_posterior=self.posterior,
+                           valid_ll=None if math.isnan(self.valid_ll) else self.valid_ll,
+                           held_out_ppl=held_out_ppl)
+
+
+def candidate_prior(prior: ModelPrior, k: float | str | None) -> ModelPrior:
+    """The prior of the candidate for grid entry ``k``: "eb", every auto family's strength by empirical Bayes;
+    a number, that strength for the qd families, and empirical Bayes for the pooled global ones (UBM's
+    examination cells: a few dozen cells with thousands of impressions each, whose own strength need not
+    be the attractiveness's); None, ``prior`` as it is."""
+    if k is None:
+        return prior
+    if k == "eb":
+        return prior.with_eb()
+    return replace(prior.with_k(k), eb=tuple(f for f in prior.auto if f in prior.glob))

@@ -1,0 +1,171 @@
+"""The EM loop: candidates, prior means, stopping and selection, talking to the engine only through `Passes`.
+
+`fit` fits one log; `fit_groups` every group of a packed log (the surrogate's real log and every
+generator's sequences) in the same passes, one FittedModel each. The estimator (MAP with Beta
+priors, the warm-up of pooled means, the stopping rule, the history) is described in the README,
+"How a fit runs".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import Callable
+
+import numpy as np
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from clickeval_spark.em.blocks import PackedLog, checkpointed, pack_serps, qd_table
+from clickeval_spark.em.candidates import Candidate, candidate_prior
+from clickeval_spark.em.options import EMOptions
+from clickeval_spark.em.passes import EngineLost, Passes
+from clickeval_spark.em.resident import ResidentPasses, cluster_slots
+from clickeval_spark.em.stage_passes import StagePasses
+from clickeval_spark.models.base import INIT_VALUE, ClickModel
+from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.models.priors import DEFAULT_K, model_prior
+
+_log = logging.getLogger(__name__)
+
+
+def fit(serps: DataFrame | PackedLog, model: ClickModel, options: EMOptions | None = None, *, max_rank: int = 10,
+        logger: logging.Logger | None = None, **changes) -> FittedModel:
+    """Fit ``model`` on canonical ``serps`` rows (every row is training data; ranks beyond ``max_rank``
+    ignored) or on an already packed log (`blocks.pack_serps`, with held-out SERPs to choose on).
+    ``changes``: `EMOptions` fields to set on ``options`` (one-off calls: notebooks, tests)."""
+    packed = serps if isinstance(serps, PackedLog) else pack_serps(serps, max_rank)
+    try:
+        [fitted] = fit_groups(packed, model, options, logger=logger, **changes)
+    finally:
+        if packed is not serps:
+            packed.unpersist()
+    return fitted
+
+
+def fit_groups(packed: PackedLog, model: ClickModel, options: EMOptions | None = None, *,
+               logger: logging.Logger | None = None, **changes) -> list[FittedModel]:
+    """`fit` of every group of ``packed`` (`blocks.BlockGroup`), all in the same passes: one FittedModel per
+    group, each the fit its group's SERPs would get alone.
+
+    The engine (``options.engine``): "resident" runs every pass in one barrier stage; if that stage is lost
+    the fit starts again on "stages", one Spark job per pass. "auto": resident for an iterative model when
+    the cluster has slots for it (no dynamic allocation), else stages. Both give the same bits.
+    """
+    opts = replace(options or EMOptions(), **changes)
+    log = logger or _log
+    for g, group in enumerate(packed.groups):
+        if group.n_serps == 0:
+            raise ValueError("fit: no SERP with a query_id and a non-empty doc list"
+                             + (f" in group {g}" if len(packed.groups) > 1 else ""))
+    tasks = resident_tasks(packed, model, opts.engine)
+    if tasks:
+        def resident() -> Passes:
+            t0 = time.perf_counter()
+            engine = ResidentPasses(packed.blocks, model, packed.max_rank, packed.first_blocks, tasks)
+            log.info("%s resident EM stage: %d tasks up in %.2f s", model.name, engine.n_tasks,
+                     time.perf_counter() - t0)
+            return engine
+        try:
+            return _fit(packed, model, opts, resident, log)
+        except EngineLost as e:
+            log.warning("%s: the resident EM stage was lost (%s); fitting again with one Spark stage per pass",
+                        model.name, e)
+    return _fit(packed, model, opts, lambda: StagePasses(packed, model, opts.checkpoint_interval, log), log)
+
+
+def resident_tasks(packed: PackedLog, model: ClickModel, engine: str) -> int:
+    """Tasks of the resident stage (0: the stage engine): one per block, at most one per slot."""
+    if engine == "stages" or (engine == "auto" and not model.iterative):
+        return 0
+    tasks = min(packed.n_blocks, cluster_slots(packed.blocks))
+    if engine == "resident" and tasks < 1:
+        raise ValueError("engine 'resident': the cluster has no slot for a barrier stage (dynamic allocation?)")
+    return tasks
+
+
+def _candidates(packed: PackedLog, model: ClickModel, opts: EMOptions, prior) -> tuple[list, list[Candidate]]:
+    """Per group its grid of (strength, seen-means) entries, and every group's candidates in one list."""
+    init = {k: np.asarray(v, dtype=np.float64) for k, v in model.init_global(packed.max_rank).items()}
+    grids, cands = [], []
+    for g, group in enumerate(packed.groups):
+        selecting = prior.auto and group.n_held_out and opts.select_on_held_out
+        # the valid split decides between the shared strengths of the grid and empirical Bayes, and between
+        # the seen pairs' prior means
+        variants = prior.seen_means if selecting else prior.seen_means[:1]
+        grid = [(k, v) for v in variants for k in ([*opts.k_grid, "eb"] if selecting else [DEFAULT_K])]
+        grids.append(grid)
+        cands += [Candidate(prior=replace(candidate_prior(prior, k), seen_means=(v,)), g=dict(init), group=g,
+                            choice=k, unseen={q: INIT_VALUE for q in model.qd_params})
+                  for k, v in (grid if prior.auto else [(None, variants[0])])]
+    return grids, cands
+
+
+def _fit(packed: PackedLog, model: ClickModel, opts: EMOptions, engine: Callable[[], Passes],
+         log: logging.Logger) -> list[FittedModel]:
+    M = packed.max_rank
+    prior = opts.prior or model_prior(model, M)
+    grids, cands = _candidates(packed, model, opts, prior)
+    # a counting model's empirical Bayes strengths need the pooled means of a first pass: one more
+    n_passes = opts.iterations if model.iterative else 2 if any(c.prior.eb for c in cands) else 1
+    # pooled prior means are fixed after the warm-up; fixed ones have no prior term at iteration 0
+    pooled = any(f.k > 0 and f.m is None for c in cands for f in (*c.prior.qd.values(), *c.prior.glob.values()))
+    for c in cands:
+        c.compare_from = None if pooled else 1 if any(f.k > 0 for f in c.prior.qd.values()) else 0
+    passes = None
+    try:
+        passes = engine()
+        for it in range(1, n_passes + 1):
+            t0 = time.perf_counter()
+            all_sums = passes.run([c.plan(opts) for c in cands])
+            secs = time.perf_counter() - t0
+            for c, sums in zip(cands, all_sums):
+                if sums is not None:
+                    c.advance(it, sums, secs, packed.groups[c.group].n_serps, opts, model, M, pooled, log)
+            if not any(c.active for c in cands):
+                break
+        t0 = time.perf_counter()
+        final = passes.run([c.plan(opts, final=True) for c in cands])
+        blocks = passes.finish()
+        log.info("%s final pass: %.2f s", model.name, time.perf_counter() - t0)
+        for c, sums in zip(cands, final):
+            c.record(c.done, sums, packed.groups[c.group].n_serps, opts, model, log)
+        chosen = [_chosen(cands, g) for g in range(len(packed.groups))]
+        if model.qd_params:
+            qd_all = checkpointed(qd_table(blocks, packed.blocks, model, tuple(slot for _, slot in chosen),
+                                           packed.first_blocks))
+        else:
+            qd_all = packed.blocks.sparkSession.createDataFrame(
+                [], "group int, query_id string, doc_id string, n_obs double")
+    finally:
+        if passes is not None:
+            passes.close()
+    out = []
+    for g, (mine, slot) in enumerate(chosen):
+        best = cands[mine[slot]]
+        selection = _selection(cands, mine, slot, grids[g], packed.groups[g].n_held_out, model, log)
+        qd = qd_all if len(packed.groups) == 1 else qd_all.where(F.col("group") == g)
+        ppl = (final[mine[slot]]["ppl_n"], final[mine[slot]]["ppl_ln"]) if opts.ppl_eps is not None else None
+        out.append(best.fitted(model, M, prior, qd.drop("group"), selection, ppl))
+    return out
+
+
+def _chosen(cands: list[Candidate], g: int) -> tuple[list[int], int]:
+    """Group g's candidates (indices) and the slot of the one with the best valid LL (the first on a tie)."""
+    mine = [i for i, c in enumerate(cands) if c.group == g]
+    slot = max(range(len(mine)), key=lambda j: (cands[mine[j]].valid_ll if len(mine) > 1 else 0.0, -j))
+    return mine, slot
+
+
+def _selection(cands: list[Candidate], mine: list[int], slot: int, grid: list, n_valid: int, model: ClickModel,
+               log: logging.Logger) -> dict | None:
+    """What the valid split chose among a group's candidates (None: there was one)."""
+    if len(mine) < 2:
+        return None
+    log.info("%s prior strength by valid LL per position: %s -> %s", model.name,
+             ", ".join(f"{cands[i].label}: {cands[i].valid_ll:.6f}" for i in mine), cands[mine[slot]].label)
+    return {"grid": [{"k": k, "seen_means": v, "valid_ll": cands[i].valid_ll, "iterations": cands[i].done,
+                      **({"strengths": cands[i].strengths()} if k == "eb" else {})}
+                     for (k, v), i in zip(grid, mine)],
+            "chosen_k": grid[slot][0], "chosen_seen_means": grid[slot][1], "n_valid_serps": n_valid}

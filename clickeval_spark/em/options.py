@@ -1,0 +1,58 @@
+"""EMOptions: everything a fit is told besides its log and its model, passed whole from the stage to the loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from clickeval_spark.config import FitConfig
+from clickeval_spark.models import ENGINES
+from clickeval_spark.models.base import ClickModel
+from clickeval_spark.models.priors import DEFAULT_K_GRID, DEFAULT_WARMUP, ModelPrior, model_prior
+
+
+@dataclass(frozen=True)
+class EMOptions:
+    """How a fit runs (DESIGN's fit stage; README "How a fit runs").
+
+    iterations: the cap on EM passes (a counting model makes one, or two for empirical Bayes).
+    tol: stop a candidate once its log posterior per training SERP moves by less than this; None: never.
+    prior: the resolved Beta priors (`priors.model_prior`); None: the model's default (beta, k auto).
+    k_grid: the shared strengths `k: auto` tries, beside empirical Bayes.
+    prior_warmup: at most this many passes pooled prior means follow the fit.
+    checkpoint_interval: the stage engine checkpoints every this many passes.
+    engine: `models.ENGINES`: "stages", "resident" or "auto".
+    select_on_held_out: the held-out SERPs choose the strength and end the warm-up; False: only scored.
+    ppl_eps: also sum the held-out SERPs' perplexity terms in the final pass (the surrogate's Reverse PPL).
+    compiled: the block step of PBM and UBM (`step.em_block`); None: compiled where the model has one.
+    """
+
+    iterations: int = 20
+    tol: float | None = None
+    prior: ModelPrior | None = None
+    k_grid: Sequence[float] = DEFAULT_K_GRID
+    prior_warmup: int = DEFAULT_WARMUP
+    checkpoint_interval: int = 10
+    engine: str = "auto"
+    select_on_held_out: bool = True
+    ppl_eps: float | None = None
+    compiled: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.iterations < 1:
+            raise ValueError("iterations must be >= 1")
+        if self.checkpoint_interval < 1:
+            raise ValueError("checkpoint_interval must be >= 1")
+        if self.prior_warmup < 1:
+            raise ValueError("prior_warmup must be >= 1")
+
+    @classmethod
+    def from_config(cls, fit: FitConfig, model: ClickModel, max_rank: int) -> "EMOptions":
+        """The options of the fit stage's ``model`` from the config's ``fit`` section."""
+        kind, k, families = fit.prior_overrides(model.name)
+        prior = model_prior(model, max_rank, kind, k, families, rank_means=fit.prior.rank_means,
+                            seen_means=fit.prior.seen_means)
+        return cls(iterations=fit.iterations, tol=fit.tol, prior=prior, k_grid=fit.prior.grid,
+                   prior_warmup=fit.prior.warmup, checkpoint_interval=fit.checkpoint_interval, engine=fit.engine)

@@ -1,0 +1,58 @@
+"""The contract between the EM driver and the engines that run its passes.
+
+A pass runs every candidate fit's `PassPlan` over every block of a packed log and returns each
+candidate's summed stats (`sums.stats_layout`). Two engines implement `Passes`:
+`stage_passes.StagePasses` (one Spark job per pass) and `resident.ResidentPasses` (every pass in
+one barrier stage). Both run `sums.block_pass` on every block and add the blocks' vectors in block
+order, so their sums are the same bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Protocol
+
+import numpy as np
+from pyspark.sql import DataFrame
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """What one candidate fit does in a pass.
+
+    mode: "step" (M-step of ``update``, LL, E-step), "score" (M-step, LL only:
+    the final pass) or "hold" (converged: state kept, nothing computed).
+    group: the packed log's group the candidate is fitted on (`blocks.BlockGroup`).
+    ppl_eps: also score the held-out SERPs' perplexity terms (`step.em_block`).
+    held_out: score the held-out SERPs at all (the driver asks only when it reads their LL).
+    eb: also sum the Beta-binomial evidence of the qd families (`step.em_block`).
+    seen_by_rank: pairs seen in training shrink toward their ranks' mean (`step.em_block`).
+    compiled: the block step (`step.em_block`'s ``compiled``; None: the model's default).
+    """
+
+    mode: str
+    g: Mapping[str, np.ndarray]
+    update: tuple[np.ndarray, ...] | None
+    group: int = 0
+    ppl_eps: float | None = None
+    held_out: bool = True
+    eb: bool = False
+    seen_by_rank: bool = False
+    compiled: bool | None = None
+
+
+class Passes(Protocol):
+    """An engine that runs the passes of one fit over one packed log."""
+
+    def run(self, plans: list[PassPlan]) -> list[dict[str, np.ndarray] | None]:
+        """One pass of every candidate: per candidate its stats summed over the blocks (None if it holds)."""
+
+    def finish(self) -> DataFrame:
+        """The blocks with their final state (`blocks.PASS_SCHEMA` rows), for `blocks.qd_table`."""
+
+    def close(self) -> None:
+        """Release what the engine holds (its stage, sockets, the blocks `finish` returned); safe to repeat."""
+
+
+class EngineLost(RuntimeError):
+    """An engine lost its state mid-fit (a resident task went away): the driver fits again on another."""

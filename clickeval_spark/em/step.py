@@ -1,0 +1,290 @@
+"""The block step: one EM pass of one candidate over one block, and both M-steps, on numpy arrays alone.
+
+`em_block` runs the qd M-step the driver planned (posterior modes of the block's own pairs: all of a
+pair's impressions are in its block), the LL and a new E-step; `global_params` is the M-step of the
+global parameters from the whole log's sums; `qd_prior_means` the pooled prior means the next qd
+M-step shrinks toward. The equations are the kernels' (`models.base.ClickModel`); PBM and UBM run a
+compiled pass (`compiled.examination_pass`) instead of the numpy kernels by default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from clickeval_spark.em.codec import decode_data
+from clickeval_spark.models.base import INIT_VALUE, LL_EPS, ClickModel, binned_sums
+from clickeval_spark.models.priors import (EB_GRID, FamilyPrior, ModelPrior, log_prior, pooled_mean, pooled_rank_mean,
+                                           pooled_rank_means, posterior_mode, ratio_or)
+
+#: SERPs per E-step slice inside a task: keeps the kernels' (slice, M) temporaries in cache
+SLICE_ROWS = 16384
+
+
+@dataclass(frozen=True)
+class BlockArrays:
+    """One block's rows as `em_block` reads them, with what every pass derives from the rows alone.
+
+    The resident engine builds each of its blocks' once per fit (its tasks keep their blocks between
+    passes); the stage engine once per pass. Beside the 54 bytes of a packed row (M = 10) it holds
+    about 90 more (mask and bins), and a kernel's `row_constants` (UBM: 80).
+    """
+
+    clicks: np.ndarray     # int8 (B, M)
+    pair: np.ndarray       # int32 (B, M): the block-local pair index, -1 = no rank
+    n_pairs: int
+    n_train: int           # the first n_train rows are training rows, the rest held out
+    weight: np.ndarray     # float64 (B,): how many identical SERPs each row stands for
+    mask: np.ndarray       # bool (B, M): the rank exists
+    #: intp (B, M): the pair; n_pairs (the spare bin of `base.binned_sums`) where masked; a held-out rank
+    #: whose pair has no training impression reads its rank's prior mean, in bin n_pairs + 1 + rank
+    bins: np.ndarray
+    impressions: np.ndarray   # float64 (n_pairs,): the pair's training impressions, weighted
+    rank_impressions: np.ndarray   # float64 (M,): the training impressions at each rank, weighted
+    n_valid: float         # positions of the held-out rows, weighted
+    const: Mapping[str, np.ndarray]   # the model's `row_constants`
+
+    @classmethod
+    def of(cls, model: ClickModel, clicks: np.ndarray, pair: np.ndarray, n_pairs: int, n_train: int | None = None,
+           weight: np.ndarray | None = None) -> "BlockArrays":
+        B = clicks.shape[0]
+        n_train = B if n_train is None else int(n_train)
+        weight = np.ones(B) if weight is None else np.asarray(weight, dtype=np.float64)
+        mask = pair >= 0
+        bins = np.where(mask, pair, n_pairs).astype(np.intp)
+        w = np.broadcast_to(weight[:n_train, None], (n_train, clicks.shape[1]))
+        impressions = binned_sums(bins[:n_train].ravel(), n_pairs, w.ravel())
+        held = bins[n_train:]   # a view
+        unseen = held < n_pairs
+        if n_pairs:
+            unseen &= impressions[np.where(unseen, held, 0)] == 0
+        held[unseen] = n_pairs + 1 + np.nonzero(unseen)[1]
+        return cls(clicks, pair, int(n_pairs), n_train, weight, mask, bins, impressions=impressions,
+                   rank_impressions=(weight[:n_train] @ mask[:n_train]).astype(np.float64),
+                   n_valid=float(weight[n_train:] @ mask[n_train:].sum(axis=1)),
+                   const=model.row_constants(clicks, mask))
+
+    @classmethod
+    def decoded(cls, model: ClickModel, buf) -> "BlockArrays":
+        """From an `encode_data` buffer (the arrays are views of it: keep it alive)."""
+        clicks, pair, weight, n_pairs, n_train = decode_data(buf)
+        return cls.of(model, clicks, pair, n_pairs, n_train, weight)
+
+
+def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays, state: np.ndarray | None,
+             update: tuple[np.ndarray, np.ndarray] | None = None, *, estep: bool = True,
+             held_out: bool = True, ppl_eps: float | None = None, slice_rows: int = SLICE_ROWS,
+             compiled: bool | None = None, eb: bool = False, seen_by_rank: bool = False
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """One EM pass over a block: the qd M-step of the last E-step, then the LL and a new E-step.
+
+    ``state`` is float64 (3, P, n_pairs): the pairs' current values, and the
+    num / den of the last E-step (None: the start, every value ``INIT_VALUE``).
+    ``update`` = (k, m), each (P,), applies that M-step first as a posterior mode
+    (`priors.posterior_mode`; m is the pooled mean the driver computed from every
+    block's sums); None leaves the values as they are. The M-step is deferred to
+    the next pass because m needs the whole log's sums. Pairs without a training
+    impression (seen only in held-out SERPs) get m; or, with a third entry m_rank (P, M),
+    the prior mean of the rank they are shown at. ``seen_by_rank``: a pair with training
+    impressions is shrunk toward the impression-weighted mean of its ranks' m_rank instead of m.
+
+    Row b stands for ``weight[b]`` identical SERPs (`fold_rows`); every sum counts
+    it that many times. The first ``n_train`` rows are training data: they give the
+    E-step's sums and the training LL. The rest are held out (the valid split):
+    scored only, unless ``held_out`` is False (their sums, n_valid included, are then 0);
+    with ``ppl_eps`` also by unconditional click probability per rank,
+    clipped to [ppl_eps, 1 - ppl_eps] (perplexity, DESIGN §5). With ``estep`` False
+    nothing new is estimated. ``compiled`` (default: the model's ``examination_cells``): the LL and
+    the E-step by `compiled.examination_pass` over the whole block, instead of the numpy kernels
+    slice by slice (the perplexity terms stay numpy's). ``eb``: also the Beta-binomial evidence of
+    the new E-step's counts of the pairs, under the m of ``update`` (empirical Bayes strengths).
+    Returns (new state, stats vector in `stats_layout` order).
+    """
+    clicks, mask, spare, weight, n_train, n_pairs = (block.clicks, block.mask, block.bins, block.weight,
+                                                     block.n_train, block.n_pairs)
+    B, M = clicks.shape
+    params = model.qd_params
+    P = len(params)
+    shapes = dict(sorted(model.global_shapes(M).items()))
+    if state is None:
+        values, num_prev, den_prev = np.full((P, n_pairs), INIT_VALUE), np.zeros((P, n_pairs)), np.zeros((P, n_pairs))
+    else:
+        values, num_prev, den_prev = state[0], state[1], state[2]
+    lp = 0.0
+    unseen = np.full((P, M), INIT_VALUE)
+    if update is not None and P:
+        k, m = (np.asarray(a, dtype=np.float64)[:, None] for a in update[:2])
+        seen = block.impressions > 0
+        unseen = np.asarray(update[2], dtype=np.float64) if len(update) > 2 else np.broadcast_to(m, (P, M))
+        m_pair = _pair_means(block, unseen) if seen_by_rank else np.broadcast_to(m, (P, n_pairs))
+        values = np.where(seen[None, :], posterior_mode(num_prev, den_prev, values, k, m_pair), m)
+        lp = log_prior(values[:, seen], k, m_pair[:, seen])
+    # each pair's value; in the spare bin one a masked rank reads (kernels ignore masked ranks); then the
+    # values of held-out ranks whose pair has no training impression, by rank (`BlockArrays.bins`)
+    padded = np.concatenate([values, np.full((P, 1), INIT_VALUE), unseen], axis=1)
+    qd_num = np.zeros((P, n_pairs))
+    qd_den = np.zeros((P, n_pairs))
+    rank_num, rank_den = np.zeros((P, M)), np.zeros((P, M))
+    g_num = {k_: np.zeros(s) for k_, s in shapes.items()}
+    g_den = {k_: np.zeros(s) for k_, s in shapes.items()}
+    ll = ll_valid = 0.0
+    ppl_n, ppl_ln = np.zeros(M), np.zeros(M)
+    # training slices, then held-out slices: a slice never mixes the two
+    train = [(lo, min(lo + slice_rows, n_train)) for lo in range(0, n_train, slice_rows)]
+    valid = [(lo, min(lo + slice_rows, B)) for lo in range(n_train, B, slice_rows)] if held_out else []
+
+    def slice_of(lo, hi):
+        qd = {p: padded[j][spare[lo:hi]] for j, p in enumerate(params)}
+        return qd, clicks[lo:hi], mask[lo:hi], weight[lo:hi], {k_: v[lo:hi] for k_, v in block.const.items()} or None
+
+    steps = train if estep else []               # slices the numpy E-step runs on
+    scored = ([] if estep else train) + valid   # slices only scored
+    if model.examination_cells if compiled is None else compiled:
+        ll, ll_valid = _examination_pass(g, block, padded[0], estep, held_out, qd_num[0], g_num["gamma"],
+                                         g_den["gamma"], rank_num[0])
+        steps = scored = []   # the compiled pass did both
+    for lo, hi in steps:
+        qd, c, m_, w, const = slice_of(lo, hi)
+        # the E-step and the LL under the same parameters, in one kernel call
+        st, row_ll = model.estep_and_log_likelihood(qd, g, c, m_, w, const)
+        ll += float(row_ll @ w)
+        flat, w_col = spare[lo:hi].ravel(), w[:, None]
+        for j, p in enumerate(params):
+            num, den = st.qd[p]
+            num_w = np.broadcast_to(num * w_col, m_.shape)
+            qd_num[j] += binned_sums(flat, n_pairs, num_w.ravel())
+            rank_num[j] += np.where(m_, num_w, 0.0).sum(axis=0)
+            if p not in model.impression_dens:
+                den_w = np.broadcast_to(den * w_col, m_.shape)
+                qd_den[j] += binned_sums(flat, n_pairs, den_w.ravel())
+                rank_den[j] += np.where(m_, den_w, 0.0).sum(axis=0)
+        for k_, s in shapes.items():
+            num, den = st.glob[k_]
+            g_num[k_] += np.broadcast_to(np.asarray(num, dtype=np.float64), s)
+            g_den[k_] += np.broadcast_to(np.asarray(den, dtype=np.float64), s)
+    for lo, hi in scored:
+        qd, c, m_, w, const = slice_of(lo, hi)
+        part = float(model.scored_log_likelihood(qd, g, c, m_, const) @ w)
+        if lo < n_train:
+            ll += part
+        else:
+            ll_valid += part
+    for lo, hi in valid if ppl_eps is not None else []:
+        qd, c, m_, w, _ = slice_of(lo, hi)
+        p = np.clip(model.click_probs(qd, g, m_), ppl_eps, 1 - ppl_eps)
+        # log(1 - p), not log1p: the same terms as the SQL perplexity (click_prediction.log_lik)
+        ppl_ln += w @ np.where(m_, np.where(c == 1, np.log(p), np.log(1.0 - p)), 0.0)
+        ppl_n += w @ m_
+    if not estep:
+        qd_num, qd_den = num_prev, den_prev
+    else:   # sums of whole weights: the same in any order, so the same bits as summing them slice by slice
+        for j, p in enumerate(params):
+            if p in model.impression_dens:
+                qd_den[j] = block.impressions
+                rank_den[j] = block.rank_impressions
+    new_state = np.stack([values, qd_num, qd_den])
+    parts = [np.array([ll, float(weight[:n_train].sum()), ll_valid, block.n_valid if held_out else 0.0, lp]),
+             ppl_n, ppl_ln]
+    parts += [np.array([qd_num[j].sum(), qd_den[j].sum()]) for j in range(P)]
+    parts += [np.concatenate([rank_num[j], rank_den[j]]) for j in range(P)]
+    parts += [_evidence(qd_num[j], qd_den[j], m_pair[j]) if eb and estep and update is not None
+              else np.zeros(len(EB_GRID)) for j in range(P)]
+    parts += [np.concatenate([g_num[k_].ravel(), g_den[k_].ravel()]) for k_ in shapes]
+    return new_state, np.concatenate(parts)
+
+
+def _evidence(num: np.ndarray, den: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """The items' Beta-binomial log evidence per strength of `EB_GRID`, each around its prior mean m."""
+    from clickeval_spark.em.compiled import beta_binomial_evidence   # numba: see `_examination_pass`
+
+    out = np.zeros(len(EB_GRID))
+    beta_binomial_evidence(num, den, np.ascontiguousarray(m, dtype=np.float64), np.asarray(EB_GRID), out)
+    return out
+
+
+def _pair_means(block: BlockArrays, by_rank: np.ndarray) -> np.ndarray:
+    """(P, n_pairs): each pair's impression-weighted mean of ``by_rank`` (P, M) over its training ranks
+    (INIT_VALUE for a pair without one)."""
+    n, M = block.n_train, block.clicks.shape[1]
+    bins = block.bins[:n].ravel()
+    w = np.broadcast_to(block.weight[:n, None], (n, M))
+    sums = np.stack([binned_sums(bins, block.n_pairs, (w * row[None, :]).ravel()) for row in by_rank])
+    return ratio_or(sums, block.impressions[None, :], INIT_VALUE)
+
+
+def _examination_pass(g: Mapping[str, np.ndarray], block: BlockArrays, alpha: np.ndarray, estep: bool, held_out: bool,
+                      alpha_num: np.ndarray, gamma_num: np.ndarray, gamma_den: np.ndarray,
+                      alpha_rank_num: np.ndarray) -> tuple[float, float]:
+    """(training LL, held-out LL or 0 without ``held_out``) of an examination model's block
+    (`compiled.examination_pass`); with ``estep`` the training rows' E-step sums are added to
+    alpha_num (n_pairs,), gamma_num, gamma_den and alpha_rank_num (M,)."""
+    # imported here: numba costs a process ~125 MB and 0.3 s, and only processes that run EM passes need it
+    from clickeval_spark.em.compiled import examination_pass
+
+    gamma = np.asarray(g["gamma"], dtype=np.float64)
+    exam = np.append(gamma.ravel(), 0.0)   # the spare cell: masked ranks
+    a_num, e_num, e_den = np.zeros(alpha.size), np.zeros(exam.size), np.zeros(exam.size)
+    r_num = np.zeros(block.clicks.shape[1])
+    rows = (alpha, block.bins, block.const["cell"], block.clicks, block.mask, block.weight, exam)
+    ll = examination_pass(*rows, 0, block.n_train, estep, LL_EPS, a_num, e_num, e_den, r_num)
+    ll_valid = (examination_pass(*rows, block.n_train, len(block.weight), False, LL_EPS, a_num, e_num, e_den, r_num)
+                if held_out else 0.0)
+    alpha_num += a_num[:block.n_pairs]
+    alpha_rank_num += r_num
+    gamma_num += e_num[:-1].reshape(gamma.shape)
+    gamma_den += e_den[:-1].reshape(gamma.shape)
+    return ll, ll_valid
+
+
+def global_params(model: ClickModel, M: int, sums: Mapping[str, np.ndarray], old: Mapping[str, np.ndarray],
+                  prior: Mapping[str, FamilyPrior], frozen_means: Mapping[str, np.ndarray] | None = None,
+                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """M-step of the global parameters from summed (num..., den...) sections, as posterior modes.
+
+    Returns (values, prior means m): a pooled family's m is its rank's pooled mean, or its
+    entry in ``frozen_means`` once the warm-up has fixed it.
+    """
+    out, means = {}, {}
+    for name, shape in sorted(model.global_shapes(M).items()):
+        size = int(np.prod(shape))
+        num, den = sums[name][:size].reshape(shape), sums[name][size:].reshape(shape)
+        prev = np.broadcast_to(np.asarray(old[name], dtype=np.float64), shape)
+        fam = prior[name]
+        if frozen_means is not None and name in frozen_means:
+            m = frozen_means[name]
+        elif fam.m is None and fam.k > 0:
+            m = pooled_rank_means(num, den)
+        else:
+            m = np.asarray(INIT_VALUE if fam.m is None else fam.m)
+        out[name] = posterior_mode(num, den, prev, fam.k, m)
+        means[name] = m
+    return out, means
+
+
+def qd_prior_means(prior: ModelPrior, model: ClickModel, sums: Mapping[str, np.ndarray], M: int,
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(m, m by rank) of the next qd M-step: each family's m pooled from this pass's ``sums`` unless the prior
+    fixes it. m by rank is what a pair unseen in training takes at each rank: its family's pooled mean at
+    that rank with ``rank_means``, else m."""
+    params = model.qd_params
+    m = prior.qd_arrays(params)[1]
+    fixed = ~np.isnan(m)
+    pooled = np.where(fixed, m, [pooled_mean(*sums[f"pool_{p}"]) for p in params])
+    by_rank = np.broadcast_to(pooled[:, None], (len(params), M)).copy()
+    if prior.rank_means:
+        for j, p in enumerate(params):
+            if not fixed[j]:
+                by_rank[j] = pooled_rank_mean(sums[f"rank_{p}"], pooled[j])
+    return pooled, by_rank
+
+
+def cell_evidence(model: ClickModel, M: int, sums: Mapping[str, np.ndarray], name: str) -> np.ndarray:
+    """The Beta-binomial log evidence per strength of `EB_GRID` of a per-rank global family's cells (UBM's
+    gamma: a few dozen), each around its rank's pooled mean."""
+    shape = model.global_shapes(M)[name]
+    size = int(np.prod(shape))
+    num, den = sums[name][:size].reshape(shape), sums[name][size:].reshape(shape)
+    m = np.broadcast_to(pooled_rank_means(num, den), shape)
+    return _evidence(num.ravel(), den.ravel(), m.ravel())

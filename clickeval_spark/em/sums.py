@@ -1,0 +1,95 @@
+"""What a pass returns: the layout of a candidate's stats vector, one pass of every candidate over a
+block, and the blocks' vectors summed in block order (so the sums do not depend on task order)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterable
+
+import numpy as np
+
+from clickeval_spark.em.codec import decode_state, group_of
+from clickeval_spark.em.passes import PassPlan
+from clickeval_spark.em.step import BlockArrays, em_block
+from clickeval_spark.models.base import ClickModel
+from clickeval_spark.models.priors import EB_GRID
+
+def stats_layout(model: ClickModel, M: int) -> list[tuple[str, int]]:
+    """(name, length) of the sections of one candidate's stats vector, in order.
+
+    ll: summed per-SERP log-likelihood of the training SERPs under the pass's
+    parameters; n: their count; ll_valid / n_valid: summed log-likelihood and
+    position count of the held-out (valid) SERPs; lp: log prior density of the
+    block's qd values; ppl_n / ppl_ln: per rank, the held-out SERPs reaching it and
+    their summed ln P(observed click) under the unconditional click probability
+    (perplexity's terms; only in a pass given ``ppl_eps``); pool_<p>: pooled
+    (num, den) of qd parameter p; rank_<p>: the same by rank (num..., den...: the
+    rank-aware prior means); eb_<p>: p's Beta-binomial log evidence per strength of
+    `priors.EB_GRID` (only in a pass asked for it); <global>: (num..., den...) of each global
+    parameter, flattened.
+    """
+    layout = [("ll", 1), ("n", 1), ("ll_valid", 1), ("n_valid", 1), ("lp", 1), ("ppl_n", M), ("ppl_ln", M)]
+    layout += [(f"pool_{p}", 2) for p in model.qd_params]
+    layout += [(f"rank_{p}", 2 * M) for p in model.qd_params]
+    layout += [(f"eb_{p}", len(EB_GRID)) for p in model.qd_params]
+    layout += [(name, 2 * int(np.prod(shape))) for name, shape in sorted(model.global_shapes(M).items())]
+    return layout
+
+
+def split_stats(model: ClickModel, M: int, vec: np.ndarray) -> dict[str, np.ndarray]:
+    out, off = {}, 0
+    for name, size in stats_layout(model, M):
+        out[name] = vec[off:off + size]
+        off += size
+    return out
+
+
+def _lanes(plans: list[PassPlan], n_groups: int) -> list[list[int]]:
+    """Per group, the indices of its candidates: the order of their state slots in the group's blocks."""
+    stray = sorted({p.group for p in plans} - set(range(n_groups)))
+    if stray:   # its blocks do not exist: the fit would silently sum zeros
+        raise ValueError(f"pass plan for group(s) {stray}, but the packed log has groups 0..{n_groups - 1}")
+    return [[c for c, plan in enumerate(plans) if plan.group == g] for g in range(n_groups)]
+
+
+def block_pass(model: ClickModel, plans: list[PassPlan], lanes: list[list[int]], first_blocks: tuple[int, ...],
+               block: int, arrays: BlockArrays, state_buf) -> tuple[np.ndarray, np.ndarray]:
+    """One pass of every candidate over one block: (the block's new state (C_g, 3, P, n_pairs), its stats vector
+    for all C candidates, zeros where a candidate is not the block's group's or holds).
+
+    ``arrays``: the block's rows (`BlockArrays`); ``state_buf``: its state (None before the first pass).
+    """
+    P = len(model.qd_params)
+    mine = lanes[group_of(block, first_blocks)]
+    n_pairs = arrays.n_pairs
+    state = decode_state(state_buf, len(mine), P, n_pairs)
+    size = sum(n for _, n in stats_layout(model, arrays.clicks.shape[1]))
+    new, vec = np.empty((len(mine), 3, P, n_pairs)), np.zeros(len(plans) * size)
+    for slot, c in enumerate(mine):
+        plan = plans[c]
+        if plan.mode == "hold":   # only after a first pass: the state exists
+            new[slot] = state[slot]
+            continue
+        new[slot], vec[c * size:(c + 1) * size] = em_block(
+            model, plan.g, arrays, None if state is None else state[slot], plan.update,
+            estep=plan.mode == "step", held_out=plan.held_out, ppl_eps=plan.ppl_eps, eb=plan.eb,
+            seen_by_rank=plan.seen_by_rank, compiled=plan.compiled)
+    return new, vec
+
+
+def pass_plans(plans: list[PassPlan], n_groups: int) -> tuple[list[PassPlan], list[list[int]]]:
+    """The plans with float64 global parameters, and their lanes (`_lanes`): what a task needs for `block_pass`."""
+    plans = [replace(p, g={k: np.asarray(v, dtype=np.float64) for k, v in p.g.items()}) for p in plans]
+    return plans, _lanes(plans, n_groups)
+
+
+def sum_block_stats(model: ClickModel, M: int, plans: list[PassPlan], vecs: Iterable[np.ndarray],
+                    ) -> list[dict[str, np.ndarray] | None]:
+    """Per candidate, the sum of the blocks' stats vectors ``vecs`` (in block order: the sums are then the
+    same whatever task finished first); None for a held candidate."""
+    size = sum(n for _, n in stats_layout(model, M))
+    total = np.zeros(len(plans) * size)
+    for vec in vecs:
+        total = total + vec
+    return [None if plan.mode == "hold" else split_stats(model, M, total[c * size:(c + 1) * size])
+            for c, plan in enumerate(plans)]
