@@ -1,6 +1,9 @@
+from datetime import date, datetime
+
 import pytest
 
-from clickeval_spark.config import load_config, validate_run_id
+from clickeval_spark.config import (AppConfig, FitConfig, IngestConfig, SparkConfig, WindowConfig, input_locations,
+                                    load_config, resolve_locations, validate_run_id)
 from clickeval_spark.errors import ConfigError
 from pathlib import Path
 
@@ -31,15 +34,24 @@ def _load(tmp_path, text, **overrides):
 @pytest.mark.parametrize("text,message", [
     ("ingest: {formatt: yandex}", "ingest.formatt: unknown key; allowed keys: ["),
     ("ingest: {format: csv, paths: {all: x}}", "ingest.format: 'csv' is not allowed; allowed: ['synthetic'"),
-    ("fit: {models: [pbm, xyz]}", "fit.models: ['xyz'] not allowed; allowed: ['gctr'"),
+    ("fit: {models: [pbm, xyz]}", "fit.models: 'xyz' is not allowed; allowed: ['gctr'"),
+    ("fit: {models: []}", "fit.models: [] is not allowed; a non-empty list of ['gctr'"),
     ("fit: {iterations: many}", "fit.iterations: expected an integer, got 'many'"),
     ("ingest: {text_variant: ncm}", "ingest.text_variant: 'ncm' is not allowed; allowed: ['auto', 'graphcm', 'aicm']"),
     ("spark: {mode: yarn}", "spark.mode: 'yarn' is not allowed; allowed: ['embedded', 'cluster']"),
     ("ingest: {synthetic: {model: ncm}}", "ingest.synthetic.model: 'ncm' is not allowed; allowed: ['pbm'"),
     ("ingest: {split: {ratios: {train: 1, holdout: 1}}}", "ingest.split.ratios: keys must be among"),
-    ("run_id: \"x' OR 1=1\"", "run_id \"x' OR 1=1\" is not allowed"),
-    ("fit: {checkpoint_interval: 0}", "fit.checkpoint_interval: must be >= 1"),
-    ("fit: {engine: fast}", "fit.engine: 'fast' not allowed; allowed: ['auto', 'stages', 'resident']"),
+    ("run_id: \"x' OR 1=1\"", "run_id: \"x' OR 1=1\" is not allowed: use 1-128 of"),
+    ("fit: {checkpoint_interval: 0}", "fit.checkpoint_interval: must be >= 1, got 0"),
+    ("fit: {engine: fast}", "fit.engine: 'fast' is not allowed; allowed: ['auto', 'stages', 'resident']"),
+    ("fit: {tol: -1}", "fit.tol: must be > 0 or null, got -1"),
+    ("evaluate: {eps: 0.5}", "evaluate.eps: must be in (0, 0.5), got 0.5"),
+    ("evaluate: {ndcg_cutoffs: [1, 0]}", "evaluate.ndcg_cutoffs: must be >= 1, got 0"),
+    ("fit: {model_priors: {dbn: {k: 0}}}", "fit.model_priors.dbn.k: 0 is not allowed; a number > 0 or auto"),
+    ("fit: {model_priors: {dbn: {kindd: beta}}}", "fit.model_priors.dbn.kindd: unknown key; allowed keys: ['k', 'kind']"),
+    ("fit: 5", "fit: expected a mapping, got 5"),
+    ("ingest: {synthetic: {docs_per_query: 5}}", "ingest.synthetic.docs_per_query: must be >= list_size (10), got 5"),
+    ("evaluate: {external: [{name: a}]}", "evaluate.external.predictions: required key is missing"),
     ("spark: {checkpoint_dir: [a]}", "spark.checkpoint_dir: expected a string, got ['a']"),
 ])
 def test_bad_config_names_the_key_and_allowed_values(tmp_path, text, message):
@@ -74,3 +86,56 @@ def test_catalog_database_is_a_sql_identifier(tmp_path):
         _load(tmp_path, "tables: {catalog: {schema: x}}")
     with pytest.raises(ConfigError, match=r"^tables\.catalog\.database: required key is missing"):
         _load(tmp_path, "tables: {catalog: {}}")
+
+
+@pytest.mark.parametrize("text,get,expected", [
+    # an int where a float is meant; a list where a tuple is meant; a number where a string is meant
+    ("ingest: {split: {ratios: {train: 1, test: 2}}}", lambda c: c.ingest.split.ratios, {"train": 1.0, "test": 2.0}),
+    ("fit: {models: [pbm]}", lambda c: c.fit.models, ("pbm",)),
+    ("ingest: {dataset: 2026}", lambda c: c.ingest.dataset, "2026"),
+    ("spark: {conf: {spark.sql.shuffle.partitions: 8}}", lambda c: c.spark.conf, {"spark.sql.shuffle.partitions": "8"}),
+    ("ingest: {log_date: '2026-11-03'}", lambda c: c.ingest.log_date, date(2026, 11, 3)),
+    ("fit: {prior: {k: 16}}", lambda c: c.fit.prior.k, 16),   # a strength keeps its type in the runs table
+])
+def test_the_conversions_yaml_needs_are_made(tmp_path, text, get, expected):
+    assert repr(get(_load(tmp_path, text))) == repr(expected)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"fit.iterations": True}, "fit.iterations: expected an integer, got True"),
+    ({"fit.iterations": 2.0}, "fit.iterations: expected an integer, got 2.0"),
+    ({"evaluate.eps": "0.1"}, "evaluate.eps: expected a number, got '0.1'"),
+    ({"report.trend": "yes"}, "report.trend: expected true/false, got 'yes'"),
+    ({"evaluate.splits": "test"}, "evaluate.splits: expected a list, got 'test'"),
+    ({"ingest.log_date": datetime(2026, 11, 3, 10)}, "ingest.log_date: expected a date YYYY-MM-DD"),
+    ({"report.path": None}, "report.path: expected a string, got None"),
+])
+def test_no_other_conversion_is_made(tmp_path, overrides, message):
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, "{}", **overrides)
+    assert str(err.value).startswith(message)
+
+
+def test_sections_built_in_python_are_checked_like_yaml():
+    """Library callers and tests build sections directly: the same checks, the same key paths."""
+    with pytest.raises(ConfigError, match=r"^ingest\.max_rank: must be >= 1, got 0$"):
+        IngestConfig(max_rank=0)
+    with pytest.raises(ConfigError, match=r"^fit\.model_priors\.ncm: unknown model 'ncm'"):
+        AppConfig(fit=FitConfig(model_priors={"ncm": {"k": 1}}))
+    assert WindowConfig(date(2026, 11, 1), date(2026, 11, 2)) == WindowConfig(start="2026-11-01", end="2026-11-02")
+    with pytest.raises(ConfigError, match=r"^window: start 2026-11-02 is after end 2026-11-01$"):
+        WindowConfig(date(2026, 11, 2), date(2026, 11, 1))
+
+
+def test_every_location_is_resolved_and_inputs_are_listed(tmp_path, monkeypatch):
+    """The location fields are found by walking the models: resolve_locations and input_locations agree."""
+    monkeypatch.chdir(tmp_path)
+    cfg = _load(tmp_path, "{}", **{"spark.checkpoint_dir": "ckpt", "ingest.format": "yandex",
+                                   "ingest.paths": {"all": "log.txt"}, "ingest.labels": "labels.txt"})
+    resolved = resolve_locations(cfg)
+    assert resolved.spark.checkpoint_dir == str(tmp_path / "ckpt")
+    assert input_locations(resolved, ("ingest",)) == [("ingest.paths.all", str(tmp_path / "log.txt")),
+                                                      ("ingest.labels", str(tmp_path / "labels.txt"))]
+    # the synthetic format generates its log: nothing of ingest is read
+    assert input_locations(AppConfig(ingest=IngestConfig(paths={"all": "x"})), ("ingest",)) == []
+    assert resolve_locations(AppConfig(spark=SparkConfig(warehouse="s3a://b/wh"))).spark.warehouse == "s3a://b/wh"

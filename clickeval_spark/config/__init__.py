@@ -1,0 +1,448 @@
+"""Job configuration: one YAML per environment (conf/<env>.yaml) loaded into frozen pydantic models.
+
+Validation happens once, at start-up: an unknown key or a bad value raises ConfigError naming the key
+path, the value given and what is allowed, before any Spark work.
+
+Every folder, file or URI is a field typed `Location[...]` (fields.py), found by walking the models. A
+relative one is relative to the current working directory of the process that reads the config (the
+driver), never to where the package is installed: `resolve_locations` makes them absolute once, at
+start-up. URIs (s3a://, abfss://, file:/) and absolute paths are kept as they are.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Annotated, Any, Literal, Mapping
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from clickeval_spark.config.fields import (ISO_DATE, Day, Invalid, Location, Text, Tuple, config_error, map_locations,
+                                           matching)
+from clickeval_spark.errors import ConfigError
+from clickeval_spark.models import ENGINES as FIT_ENGINES, MODELS  # the kernel registry (numpy only: no Spark at config time)
+from clickeval_spark.models.priors import DEFAULT_K_GRID, DEFAULT_WARMUP, SEEN_MEANS
+
+# the checkout, for scripts that live in it (benchmarks/); config locations never resolve against it
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+RUN_ID_RULE = "use 1-128 of [A-Za-z0-9_.:-], starting with a letter or digit"
+# dataset, model and environment names: they go into Delta predicates (replaceWhere), partition folders
+# and default run ids, so they are a subset of what a run id allows
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME_RULE = f"must match {NAME_PATTERN.pattern} (1-64 of [A-Za-z0-9_.-], starting with a letter or digit)"
+# a catalog database: `schema` or `catalog.schema` (Unity), unquoted SQL identifiers
+DATABASE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}(\.[A-Za-z_][A-Za-z0-9_]{0,127})?$")
+SPLITS = ("train", "valid", "test")
+MODEL_NAMES = tuple(MODELS)
+SIMULATABLE_MODELS = ("pbm", "ubm", "dbn", "sdbn", "dcm", "ccm", "cm")
+SOURCE_FORMATS = ("synthetic", "tiangong_xml", "per_query_text", "yandex", "parquet", "delta")
+LIST_ORDERS = ("original", "shuffled_all", "shuffled_halves")
+CLICK_MODES = ("stochastic", "deterministic")
+
+
+def resolve_location(location: str) -> str:
+    """A relative path is relative to the current working directory (not to the package, which may
+    sit inside a zip or a packed venv); URIs (s3a://, abfss://, file:/) and absolute paths pass."""
+    if is_uri(location) or os.path.isabs(location):
+        return location
+    return os.path.abspath(location)
+
+
+def is_uri(location: str) -> bool:
+    return "://" in location or location.startswith("file:")
+
+
+def validate_run_id(run_id: str) -> str:
+    """run_id goes into Delta predicates: only a safe character set is allowed."""
+    if not isinstance(run_id, str) or not RUN_ID_PATTERN.match(run_id):
+        raise ConfigError(f"run_id {run_id!r} is not allowed: {RUN_ID_RULE}")
+    return run_id
+
+
+def validate_name(key: str, value: Any) -> str:
+    """A user-given name (dataset, model, env) is checked against NAME_PATTERN at start-up, before any write."""
+    if not isinstance(value, str) or not NAME_PATTERN.match(value):
+        raise ConfigError(f"{key}: {value!r} is not allowed: {NAME_RULE}")
+    return value
+
+
+def _strength(allow_auto: bool) -> AfterValidator:
+    """A prior strength: a finite number > 0 (or `auto`). Hand-written: an int stays an int in the runs
+    table, and pydantic words a union's failure as one error per member, not as one allowed set."""
+    def check(k: Any) -> Any:
+        if k == "auto" and allow_auto:
+            return k
+        if isinstance(k, bool) or not isinstance(k, (int, float)) or not k > 0 or not math.isfinite(k):
+            raise Invalid(f"{k!r} is not allowed; a number > 0" + (" or auto" if allow_auto else ""))
+        return k
+    return AfterValidator(check)
+
+
+def _distinct(values: tuple) -> tuple:
+    if len(set(values)) < len(values):
+        raise Invalid(f"{list(values)!r} is not allowed; the values must be distinct")
+    return values
+
+
+Name = Annotated[Text, matching(NAME_PATTERN, NAME_RULE)]
+AtLeast1 = Annotated[int, Field(ge=1)]
+Strength = Annotated[Any, _strength(allow_auto=True)]
+PriorKind = Literal["none", "pyclick", "beta"]
+
+
+# pydantic validates a nested section through its __init__ too: only the outermost turns errors into ConfigError
+_VALIDATING = ContextVar("config_validating", default=False)
+
+
+class Section(BaseModel):
+    """A config section: frozen, strict, unknown keys rejected; an empty (null) section takes the defaults."""
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    def __init__(self, *args: Any, **data: Any) -> None:
+        data.update(zip(type(self).model_fields, args))   # positional in field order, as the dataclasses were
+        outer = not _VALIDATING.get()   # a section inside another one's validation: that one words the error
+        token = _VALIDATING.set(True)
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise config_error(exc, AppConfig, type(self)) if outer else exc from None
+        finally:
+            _VALIDATING.reset(token)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_empty(cls, data: Any) -> Any:
+        return {} if data is None else data
+
+
+class SparkConfig(Section):
+    # embedded: one machine, Delta jars fetched by Ivy; cluster: spark-submit supplies master and jars
+    mode: Literal["embedded", "cluster"] = "embedded"
+    master: Text | None = "local[*]"
+    # warehouse root for every Delta table: a folder (relative to the working directory) or a URI (s3a://...)
+    warehouse: Location[None] = "warehouse"
+    # reliable storage for EM's checkpoints (a folder or URI, like warehouse): with it a lost executor
+    # costs a recomputation, not the fit; null: local checkpoints, lost with their executor (one machine)
+    checkpoint_dir: Location[None] | None = None
+    conf: dict[Text, Text] = {}
+
+
+class SplitConfig(Section):
+    seed: int = 20210414
+    # AICM's TianGong-ST proportions; only used for inputs that do not arrive split
+    ratios: dict[Text, Annotated[float, Field(ge=0)]] = {"train": 117431.0, "valid": 13154.0, "test": 16570.0}
+
+    @model_validator(mode="after")
+    def _check(self) -> SplitConfig:
+        if not self.ratios or set(self.ratios) - set(SPLITS):
+            raise Invalid(f"keys must be among {list(SPLITS)}, got {sorted(self.ratios)}", "ratios")
+        if sum(self.ratios.values()) <= 0:
+            raise Invalid(f"values must have a positive sum, got {self.ratios}", "ratios")
+        return self
+
+
+class SyntheticConfig(Section):
+    model: Literal[SIMULATABLE_MODELS] = "pbm"
+    n_serps: AtLeast1 = 20000
+    n_queries: AtLeast1 = 400
+    docs_per_query: int = 15
+    list_size: AtLeast1 = 10
+    zipf_s: Annotated[float, Field(gt=0)] = 1.1
+    # how far a document may move from its base position from one SERP to the next
+    shuffle_width: float = 6.0
+    sessions_mean_serps: AtLeast1 = 3
+    seed: int = 7
+    # pooled: every (query, doc) of the pools graded; serp: TianGong-ST-like, the last SERP of a
+    # `label_fraction` of the sessions graded document by document (its human-label-like subset)
+    labels: Literal["pooled", "serp"] = "pooled"
+    label_fraction: Annotated[float, Field(gt=0, le=1)] = 0.3
+
+    @model_validator(mode="after")
+    def _check(self) -> SyntheticConfig:
+        if self.docs_per_query < self.list_size:
+            raise Invalid(f"must be >= list_size ({self.list_size}), got {self.docs_per_query}", "docs_per_query")
+        return self
+
+
+class IngestConfig(Section):
+    dataset: Name = "synthetic"
+    format: Literal[SOURCE_FORMATS] = "synthetic"
+    # per_query_text: {train: path, valid: path, test: path} (already split) or {all: path}
+    # tiangong_xml / yandex / parquet / delta: {all: path}
+    paths: dict[Text, Location["ingest"]] = {}
+    labels: Location["ingest"] | None = None
+    # per_query_text: auto (per line), graphcm (5 columns), aicm (7 columns: two zero columns after qid)
+    text_variant: Literal["auto", "graphcm", "aicm"] = "auto"
+    # TianGong-ST labels may use bare numbers where the XML uses prefixed ids (q123, d456)
+    label_query_prefix: Text = ""
+    label_doc_prefix: Text = ""
+    max_rank: AtLeast1 = 10
+    # an ingest whose quarantined share of the records of serps (or of labels) exceeds this fails
+    # before any write: a mostly broken input never replaces a dataset's good rows
+    max_quarantine_share: Annotated[float, Field(ge=0, le=1)] = 0.5
+    split: SplitConfig = SplitConfig()
+    synthetic: SyntheticConfig = SyntheticConfig()
+    # the day of records whose source gives none (Yandex, per-query text, synthetic; TianGong-ST without
+    # starttime; canonical rows without log_date); null: undated, for one-shot datasets
+    log_date: Day | None = None
+
+    @property
+    def reads_inputs(self) -> bool:
+        """The synthetic format generates its log: its paths and labels are not read."""
+        return self.format != "synthetic"
+
+    @model_validator(mode="after")
+    def _check(self) -> IngestConfig:
+        allowed_keys = set(SPLITS) | {"all"}
+        bad = set(self.paths) - allowed_keys
+        if bad:
+            raise Invalid(f"unknown key(s) {sorted(bad)}; allowed: {sorted(allowed_keys)}", "paths")
+        if "all" in self.paths and len(self.paths) > 1:
+            raise Invalid(f"give either 'all' or per-split paths, not both; got {sorted(self.paths)}", "paths")
+        if self.format != "synthetic" and not self.paths:
+            raise Invalid(f"required for format {self.format!r}", "paths")
+        return self
+
+
+class PriorConfig(Section):
+    """The Beta prior of every parameter family (models/priors.py): value = (num + k m) / (den + k).
+
+    none: plain MLE; pyclick: PyClick's +1 / +2 everywhere; beta: qd families shrink toward
+    their pooled mean m with strength k, `auto` = the grid value with the best valid-split LL.
+    """
+    kind: PriorKind = "beta"
+    k: Strength = "auto"
+    grid: Tuple(Annotated[float, _strength(allow_auto=False)], min_length=1) = DEFAULT_K_GRID
+    warmup: AtLeast1 = DEFAULT_WARMUP   # at most this many passes pooled means follow the fit (while valid LL improves); then fixed
+    rank_means: bool = True   # pairs unseen in training take their family's pooled mean at the rank shown
+    # what seen pairs shrink toward: the family's mean, or their ranks' (models/priors.py); both: valid chooses
+    seen_means: Annotated[Tuple(Literal[SEEN_MEANS], min_length=1), AfterValidator(_distinct)] = ("pooled", "rank")
+
+
+class PriorOverride(Section):
+    """fit.model_priors.<model> or <model>.<family>: what differs from fit.prior there."""
+    kind: PriorKind | None = None
+    k: Strength | None = None
+
+
+class FitConfig(Section):
+    models: Tuple(Literal[MODEL_NAMES], min_length=1) = (
+        "gctr", "rctr", "dctr", "pbm", "cm", "ubm", "dcm", "ccm", "dbn", "sdbn")
+    # the cap on EM passes; EM stops earlier once the log posterior per training SERP moves by less than tol
+    iterations: AtLeast1 = 50
+    tol: Annotated[float, Field(gt=0)] | None = 1e-4
+    max_rank: int = 10
+    prior: PriorConfig = PriorConfig()
+    # per model ("dbn") or per parameter family ("dbn.sigma"): {kind, k}
+    model_priors: dict[Text, PriorOverride] = {}
+    # with spark.checkpoint_dir: EM's state is checkpointed every this many passes (ALS's checkpointInterval)
+    checkpoint_interval: AtLeast1 = 10
+    # how EM passes run (spark_em.ENGINES): "stages", one Spark job per pass; "resident", every pass in one
+    # barrier stage whose tasks keep the blocks; "auto", resident where the cluster allows it (no dynamic
+    # allocation). The fitted parameters are the same bit for bit.
+    engine: Literal[FIT_ENGINES] = "auto"
+
+    @model_validator(mode="after")
+    def _check(self) -> FitConfig:
+        for key in self.model_priors:
+            name, _, family = key.partition(".")
+            if name not in MODEL_NAMES:
+                raise Invalid(f"unknown model {name!r}; allowed: {list(MODEL_NAMES)}", f"model_priors.{key}")
+            model = MODELS[name]
+            families = [*model.qd_params, *sorted(model.global_shapes(self.max_rank))]
+            if family and family not in families:
+                raise Invalid(f"{name} has no parameter family {family!r}; it has {families}", f"model_priors.{key}")
+        return self
+
+    def prior_overrides(self, model: str) -> tuple[str, Any, dict[str, tuple[str, Any]]]:
+        """(kind, k, {family: (kind, k)}) for `priors.model_prior`: fit.prior, then the model's, then its families'."""
+        base = self.model_priors.get(model, PriorOverride())
+        kind, k = base.kind or self.prior.kind, self.prior.k if base.k is None else base.k
+        families = {}
+        for key, o in self.model_priors.items():
+            name, _, family = key.partition(".")
+            if name == model and family:
+                families[family] = (o.kind or kind, k if o.k is None else o.k)
+        return kind, k, families
+
+
+Splits = Tuple(Literal[SPLITS], min_length=1)
+
+
+class PredictConfig(Section):
+    splits: Splits = ("test",)
+
+
+class ExternalModelConfig(Section):
+    """Predictions of a model trained elsewhere (NCM, CACM, AICM, ...), in the click_predictions contract."""
+    name: Name
+    predictions: Location["evaluate"]
+    # relevance_scores contract (query_id, doc_id, score); without it the model gets no NDCG
+    relevance_scores: Location["evaluate"] | None = None
+    format: Literal["auto", "delta", "parquet"] = "auto"
+
+
+class EvaluateConfig(Section):
+    splits: Splits = ("test",)
+    # probabilities are clipped to [eps, 1 - eps]; the number clipped is reported
+    eps: Annotated[float, Field(gt=0, lt=0.5)] = 1e-6
+    replicates: AtLeast1 = 200
+    seed: int = 20210414
+    confidence: Annotated[float, Field(gt=0, lt=1)] = 0.95
+    ndcg_cutoffs: Tuple(AtLeast1, min_length=1) = (1, 3, 5, 10)
+    ndcg_gain: Literal["exponential", "linear"] = "exponential"
+    # serp: ideal order of the SERP's own grades; query: of every judged document of the query
+    ndcg_ideal: Literal["serp", "query"] = "serp"
+    # paired differences (<metric>_diff) of every model against this one; null: none
+    reference_model: Name | None = "rctr"
+    external: Tuple(ExternalModelConfig) = ()
+
+    @model_validator(mode="after")
+    def _check(self) -> EvaluateConfig:
+        names = [e.name for e in self.external]
+        if len(set(names)) != len(names):
+            raise Invalid(f"model names must be unique, got {names}", "external")
+        return self
+
+
+class ExternalSequencesConfig(Section):
+    """Click sequences sampled by a model trained elsewhere, in the synthetic_serps layout."""
+    name: Name
+    path: Location["generate"]
+    format: Literal["auto", "delta", "parquet"] = "auto"
+
+
+class GenerateConfig(Section):
+    # generator models among fit.models; empty: every fitted model
+    generators: Tuple(Text) = ()
+    samples: AtLeast1 = 7
+    click_modes: Tuple(Literal[CLICK_MODES], min_length=1) = ("stochastic",)
+    list_orders: Tuple(Literal[LIST_ORDERS], min_length=1) = LIST_ORDERS
+    split: Literal[SPLITS] = "test"
+    seed: int = 20210415
+    external: Tuple(ExternalSequencesConfig) = ()
+
+
+class SurrogateConfig(Section):
+    model: Literal[MODEL_NAMES] = "dcm"
+    # the same for every generator of a run
+    iterations: AtLeast1 = 10
+    eps: float = 1e-6
+
+
+class ReportConfig(Section):
+    # folder (relative to the working directory) or URI; the page is <path>/<run_id>.html
+    path: Location[None] = "reports"
+    # also write <path>/<dataset>-trend.html: each model's metrics across the dataset's runs (`report --trend`)
+    trend: bool = False
+
+
+class CatalogConfig(Section):
+    """Register every table the pipeline writes as an external Delta table of `database` in the session's
+    catalog (Hive metastore, Glue, Unity: whatever the spark conf configures), so any SQL client finds it."""
+    database: Annotated[Text, matching(DATABASE_PATTERN, "a SQL identifier ([A-Za-z_][A-Za-z0-9_]*), or catalog.schema")]
+
+
+class TablesConfig(Section):
+    # null: the tables are Delta paths under spark.warehouse only
+    catalog: CatalogConfig | None = None
+
+
+class WindowConfig(Section):
+    """The log_date range, both ends inclusive, that fit, predict, evaluate, generate and surrogate read."""
+    start: Day
+    end: Day
+
+    @model_validator(mode="after")
+    def _check(self) -> WindowConfig:
+        if self.start > self.end:
+            raise Invalid(f"start {self.start} is after end {self.end}")
+        return self
+
+
+class AppConfig(Section):
+    env: Name = "local"
+    run_id: Annotated[Text, matching(RUN_ID_PATTERN, RUN_ID_RULE)] | None = None
+    spark: SparkConfig = SparkConfig()
+    ingest: IngestConfig = IngestConfig()
+    fit: FitConfig = FitConfig()
+    predict: PredictConfig = PredictConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
+    generate: GenerateConfig = GenerateConfig()
+    surrogate: SurrogateConfig = SurrogateConfig()
+    report: ReportConfig = ReportConfig()
+    tables: TablesConfig = TablesConfig()
+    # null: the whole dataset; set: only SERPs (and dated labels) with log_date in [start, end]
+    window: WindowConfig | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> AppConfig:
+        fitted = self.fit.models
+        for section in ("evaluate", "generate"):
+            clash = [e.name for e in getattr(self, section).external if e.name in fitted]
+            if clash:
+                raise Invalid(f"{clash} clash with fitted models in fit.models; rename them", f"{section}.external")
+        missing = [s for s in self.evaluate.splits if s != "train" and s not in self.predict.splits]
+        if missing:
+            raise Invalid(f"{missing} are not predicted; add them to predict.splits", "evaluate.splits")
+        bad = [g for g in self.generate.generators if g not in fitted]
+        if bad:
+            raise Invalid(f"{bad} are not in fit.models {list(fitted)}", "generate.generators")
+        return self
+
+    @property
+    def generator_models(self) -> tuple[str, ...]:
+        return self.generate.generators or self.fit.models
+
+    @property
+    def evaluated_models(self) -> tuple[str, ...]:
+        return (*self.fit.models, *(e.name for e in self.evaluate.external))
+
+
+def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> AppConfig:
+    """Load conf/<env>.yaml; `overrides` are dotted keys (e.g. {"ingest.dataset": "x"}) from the CLI."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top, got {type(data).__name__}")
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for i, key in enumerate(parents):
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                # e.g. --set ingest.dataset.x=1: ingest.dataset is a value, not a section
+                raise ConfigError(f"{'.'.join(parents[:i + 1])}: is {node!r}, not a section; cannot set {dotted}")
+        node[leaf] = value
+    return AppConfig.model_validate(data)   # through Section.__init__, which raises ConfigError
+
+
+def resolve_locations(cfg: AppConfig) -> AppConfig:
+    """`cfg` with every Location made absolute against the working directory (see the module doc)."""
+    return map_locations(cfg, AppConfig, "", lambda key, location, marker, section: resolve_location(location))
+
+
+def input_locations(cfg: AppConfig, stages: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(key, location) of every input file the given stages read (outputs not included)."""
+    found = []
+
+    def collect(key: str, location: str, marker: Location, section: Any) -> str:
+        if marker.read_by in stages and getattr(section, "reads_inputs", True):
+            found.append((key, location))
+        return location
+    map_locations(cfg, AppConfig, "", collect)
+    return found
+
+
+def config_as_dict(cfg: AppConfig) -> dict[str, Any]:
+    return cfg.model_dump()
