@@ -60,6 +60,11 @@ def test_bad_config_names_the_key_and_allowed_values(tmp_path, text, message):
     assert message in str(err.value)
 
 
+def test_a_date_yaml_cannot_build_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"c\.yaml: not valid YAML \(day is out of range for month\)"):
+        _load(tmp_path, "ingest: {log_date: 2026-02-30}")
+
+
 def test_overrides_are_validated_too(tmp_path):
     cfg = _load(tmp_path, "fit: {iterations: 3}", **{"fit.iterations": 5, "ingest.dataset": "x"})
     assert (cfg.fit.iterations, cfg.ingest.dataset) == (5, "x")

@@ -104,7 +104,7 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     def __init__(self, *args: Any, **data: Any) -> None:
-        data.update(zip(type(self).model_fields, args))   # positional in field order, as the dataclasses were
+        data.update(zip(type(self).model_fields, args))   # positional in field order: WindowConfig(start, end)
         outer = not _VALIDATING.get()   # a section inside another one's validation: that one words the error
         token = _VALIDATING.set(True)
         try:
@@ -411,7 +411,7 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
         data = yaml.safe_load(path.read_text()) or {}
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError) as exc:   # ValueError: a date YAML cannot build (2026-02-30)
         raise ConfigError(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top, got {type(data).__name__}")

@@ -131,7 +131,7 @@ def map_locations(value: Any, tp: Any, key: str, fn: Callable[[str, str, Locatio
 
 def _at(tp: Any, loc: tuple) -> tuple[list[str], Any, list, bool, Any]:
     """Follow pydantic's error location through the types: (key parts, type, constraints, nullable,
-    innermost model). Tuple indices are left out of the key, as the old key paths did."""
+    innermost model). Tuple indices are left out of the key: evaluate.external.name."""
     parts, model = [], None
     for part in loc:
         tp = _unwrap(tp)[0]
