@@ -9,7 +9,7 @@ import pytest
 
 from clickeval_spark import tables
 from clickeval_spark.errors import ClickevalError
-from clickeval_spark.models.params_io import load_fitted
+from clickeval_spark.models.fitted import load_fitted
 from jobs import generate as generate_job
 from jobs import ingest as ingest_job
 from jobs import predict as predict_job
@@ -51,6 +51,22 @@ def test_stages_before_their_inputs_exist(spark, tmp_path, warehouse, capsys):
     # the rest of the line is params_io's own account of what is missing
     assert line.startswith("clickeval predict: error: run fitted: ") and "gamma" in line
     assert line.endswith("; rerun `clickeval fit --run-id fitted`")
+
+
+@pytest.mark.parametrize("setting,message", [
+    ("fit.iterations=0", "fit.iterations: must be >= 1, got 0"),
+    ("fit.engine=fast", "fit.engine: 'fast' is not allowed; allowed: ['auto', 'stages', 'resident']"),
+    ("fit.iteratons=3", "fit.iteratons: unknown key; allowed keys: ['checkpoint_interval', 'engine', 'iterations', "
+                        "'max_rank', 'model_priors', 'models', 'prior', 'tol']"),
+    ("report.path=[a]", "report.path: expected a string, got ['a']"),
+    ("ingest.log_date='2026-02-30'", "ingest.log_date: expected a date YYYY-MM-DD, got '2026-02-30'"),
+])
+def test_a_bad_config_value_is_one_line_and_exit_2(tmp_path, capsys, setting, message):
+    """The key path, the value given and what is allowed, before any Spark session."""
+    conf = tmp_path / "c.yaml"
+    conf.write_text("{}")
+    assert predict_job.main(["--conf", str(conf), "--set", setting]) == 2
+    assert _one_line(capsys) == [f"clickeval predict: error: {message}"]
 
 
 def test_unknown_model_name_is_a_clickeval_error(spark):
