@@ -4,7 +4,6 @@ pydantic's ValidationError into one ConfigError line: the key path, the value gi
 from __future__ import annotations
 
 import contextlib
-import functools
 import re
 import types
 from datetime import date
@@ -93,21 +92,15 @@ def _is_model(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, BaseModel)
 
 
-@functools.cache
-def section_keys(root: type[BaseModel]) -> dict[type, tuple[str, ...]]:
-    """The key path of every section model under `root`, found by walking the fields' types."""
-    found: dict[type, tuple[str, ...]] = {}
-
-    def visit(tp: Any, parts: tuple[str, ...]) -> None:
-        tp = _unwrap(tp)[0]
-        if get_origin(tp) in (tuple, dict):
-            visit(_item_type(tp), parts)
-        elif _is_model(tp):
-            found.setdefault(tp, parts)
-            for name, field in tp.model_fields.items():
-                visit(_field_type(field), (*parts, name))
-    visit(root, ())
-    return found
+def section_keys(tp: Any, parts: tuple[str, ...] = ()) -> dict[type, tuple[str, ...]]:
+    """The key path of every section model under `tp`, found by walking the fields' types."""
+    tp = _unwrap(tp)[0]
+    if get_origin(tp) in (tuple, dict):
+        return section_keys(_item_type(tp), parts)
+    if not _is_model(tp):
+        return {}
+    nested = [section_keys(_field_type(field), (*parts, name)) for name, field in tp.model_fields.items()]
+    return {section: key for found in nested for section, key in found.items()} | {tp: parts}
 
 
 def map_locations(value: Any, tp: Any, key: str, fn: Callable[[str, str, Location, Any], str], owner: Any = None) -> Any:
