@@ -35,7 +35,7 @@ def load(conf: str, sets: Sequence[str] = (), run_id: str | None = None) -> tupl
             raise ClickevalError(f"--set {item!r}: expected KEY=VALUE")
         try:  # safe_load: a value is data (no !!python tags), never code
             overrides[key] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
+        except (yaml.YAMLError, ValueError) as exc:   # ValueError: a date that does not exist (2026-02-30)
             raise ConfigError(f"--set {key}: not a YAML value ({str(exc).splitlines()[0]})") from None
     cfg = resolve_locations(load_config(conf, overrides))
     run_id = run_id or cfg.run_id or f"{cfg.env}-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
@@ -108,7 +108,7 @@ def session_for(cfg: AppConfig, job: str, log_file: str | None = None) -> SparkS
         warehouse=warehouse_root(cfg),
         embedded=embedded,
         conf=conf,
-        checkpoint_dir=resolve_location(cfg.spark.checkpoint_dir) if cfg.spark.checkpoint_dir else None,
+        checkpoint_dir=cfg.spark.checkpoint_dir,   # absolute: resolve_locations
         log_file=log_file,
     )
 
