@@ -1,4 +1,5 @@
-"""The result tables by name in the session's catalog (DESIGN §6), for any SQL client.
+"""The result tables by name: as temp views of the session (`clickeval sql`), or in the session's catalog
+(DESIGN §6), for any SQL client.
 
 With `tables.catalog.database` set, every table under the warehouse is registered as an external Delta
 table of that database at its location, and `click_predictions_by_rank` as a view over it. The catalog is
@@ -17,17 +18,34 @@ from pyspark.sql import SparkSession
 from clickeval_spark import tables
 from clickeval_spark.errors import ClickevalError
 
+BY_RANK_VIEW = "click_predictions_by_rank"
 # the columns click_predictions holds one array element per rank of; the others are the view's keys
 _PER_RANK = ("clicks", "p_click_cond", "p_click")
 _KEYS = ", ".join(f.name for f in tables.CLICK_PREDICTIONS.fields if f.name not in _PER_RANK)
-# one row per (SERP, rank), the rows `metrics.click_prediction.by_rank` gives, in SQL a catalog can store; made
-# in the catalog's database, so `click_predictions` resolves there (a view keeps the namespace it was made in).
-# IF NOT EXISTS: its text is fixed, and a Hive catalog replaces a view by a drop and a create, which two runs
-# registering at once would race on
-BY_RANK_VIEW_SQL = (
-    f"CREATE VIEW IF NOT EXISTS {tables.BY_RANK_VIEW} AS "
+# one row per (SERP, rank), the rows `metrics.click_prediction.by_rank` gives, in SQL a catalog can store: the
+# one definition of the view, over whatever `click_predictions` resolves to where it is made (a temp view, or
+# the catalog's table: a view keeps the namespace it was made in)
+BY_RANK_SELECT = (
     f"SELECT {_KEYS}, CAST(_pos + 1 AS INT) AS rank, clicks[_pos] AS click, _p_cond AS p_click_cond, "
     "p_click[_pos] AS p_click FROM click_predictions LATERAL VIEW posexplode(p_click_cond) _r AS _pos, _p_cond")
+# IF NOT EXISTS: its text is fixed, and a Hive catalog replaces a view by a drop and a create, which two runs
+# registering at once would race on
+BY_RANK_VIEW_SQL = f"CREATE VIEW IF NOT EXISTS {BY_RANK_VIEW} AS {BY_RANK_SELECT}"
+BY_RANK_TEMP_VIEW_SQL = f"CREATE OR REPLACE TEMP VIEW {BY_RANK_VIEW} AS {BY_RANK_SELECT}"
+
+
+def register_temp_views(spark: SparkSession, warehouse: str) -> list[str]:
+    """Expose every existing table as a temp view, so `spark.sql("SELECT ... FROM serps")` works; with
+    click_predictions also `click_predictions_by_rank`, one row per (SERP, rank). The names registered."""
+    registered = []
+    for name in tables.SCHEMAS:
+        if tables.exists(spark, warehouse, name):
+            tables.read_table(spark, warehouse, name).createOrReplaceTempView(name)
+            registered.append(name)
+            if name == "click_predictions":
+                spark.sql(BY_RANK_TEMP_VIEW_SQL)
+                registered.append(BY_RANK_VIEW)
+    return registered
 
 
 def namespace(spark: SparkSession, database: str) -> str:
@@ -58,9 +76,9 @@ def register_in_catalog(spark: SparkSession, warehouse: str, database: str) -> l
     spark.sql("CREATE DATABASE IF NOT EXISTS IDENTIFIER(:database)", args={"database": ns})
     registered = []
     for name in tables.SCHEMAS:
-        path = tables.table_path(warehouse, name)
-        if not DeltaTable.isDeltaTable(spark, path):
+        if not tables.exists(spark, warehouse, name):
             continue
+        path = tables.table_path(warehouse, name)
         qualified = f"{ns}.{name}"
         if not spark.catalog.tableExists(qualified):
             try:
@@ -70,10 +88,10 @@ def register_in_catalog(spark: SparkSession, warehouse: str, database: str) -> l
                     raise
         _check_location(spark, qualified, path)
         registered.append(name)
-    for name in (*registered, tables.BY_RANK_VIEW):
+    for name in (*registered, BY_RANK_VIEW):
         spark.catalog.dropTempView(name)
     if "click_predictions" in registered:
-        if not spark.catalog.tableExists(f"{ns}.{tables.BY_RANK_VIEW}"):
+        if not spark.catalog.tableExists(f"{ns}.{BY_RANK_VIEW}"):
             current = spark.catalog.currentCatalog(), spark.catalog.currentDatabase()
             spark.sql("USE IDENTIFIER(:database)", args={"database": ns})
             try:
@@ -81,7 +99,7 @@ def register_in_catalog(spark: SparkSession, warehouse: str, database: str) -> l
             finally:
                 spark.catalog.setCurrentCatalog(current[0])
                 spark.catalog.setCurrentDatabase(current[1])
-        registered.append(tables.BY_RANK_VIEW)
+        registered.append(BY_RANK_VIEW)
     return registered
 
 

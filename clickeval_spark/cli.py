@@ -15,12 +15,11 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from delta.tables import DeltaTable
 from pyspark.errors import PySparkException
 from pyspark.logger import PySparkLogger
 
 from clickeval_spark import tables
-from clickeval_spark.catalog import namespace
+from clickeval_spark.catalog import BY_RANK_VIEW, namespace
 from clickeval_spark.context import StageContext
 from clickeval_spark.errors import ClickevalError
 from clickeval_spark.readonly import not_read_only
@@ -37,8 +36,7 @@ def list_tables(ctx: StageContext, args: argparse.Namespace) -> None:
         if not ctx.exists(name):
             print(f"{name:<24}{'-':>12}{'-':>9}  (not written yet)")
             continue
-        last = (DeltaTable.forPath(ctx.spark, tables.table_path(ctx.warehouse, name)).history(1)
-                .select("version", "timestamp", "userMetadata").first())
+        last = ctx.last_commit(name)
         print(f"{name:<24}{ctx.read(name).count():>12}{last['version']:>9}  {last['timestamp']:%Y-%m-%d %H:%M:%S} "
               f"{last['userMetadata'] or ''}")
 
@@ -52,13 +50,13 @@ def run_sql(ctx: StageContext, args: argparse.Namespace) -> None:
     # read grants only); without, as temp views of the warehouse's tables
     catalog = ctx.cfg.tables.catalog
     if catalog is None:
-        registered = tables.register_tables(ctx.spark, ctx.warehouse)
+        registered = ctx.register_temp_views()
     else:
         database = namespace(ctx.spark, catalog.database)
         if not ctx.spark.catalog.databaseExists(database):
             raise ClickevalError(f"tables.catalog.database: {database} does not exist in the session's catalog; run "
                                  "a stage with tables.catalog set (e.g. `clickeval report`) to register the tables")
-        registered = [*tables.SCHEMAS, tables.BY_RANK_VIEW]
+        registered = [*tables.SCHEMAS, BY_RANK_VIEW]
         for name in registered:   # a temp view of the same name (an earlier call in this session) would shadow it
             ctx.spark.catalog.dropTempView(name)
         ctx.spark.sql("USE IDENTIFIER(:database)", args={"database": database})

@@ -8,12 +8,11 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Iterator, Sequence
 
-from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from clickeval_spark import tables
-from clickeval_spark.catalog import check_locations, register_in_catalog
+from clickeval_spark.catalog import check_locations, register_in_catalog, register_temp_views
 from clickeval_spark.config import SPLITS, AppConfig, config_as_dict
 from clickeval_spark.runs import RunRecord, recorded_run, write_run_rows
 
@@ -63,11 +62,27 @@ class StageContext:
             return []
         return register_in_catalog(self.spark, self.warehouse, self.cfg.tables.catalog.database)
 
+    def register_temp_views(self) -> list[str]:
+        """Every table under the warehouse as a temp view of its name (and the by-rank view): the names."""
+        return register_temp_views(self.spark, self.warehouse)
+
     def read(self, table: str) -> DataFrame:
         return tables.read_table(self.spark, self.warehouse, table)
 
     def exists(self, table: str) -> bool:
-        return DeltaTable.isDeltaTable(self.spark, tables.table_path(self.warehouse, table))
+        return tables.exists(self.spark, self.warehouse, table)
+
+    def collected(self, table: str, condition: Column, columns: list[str] | None = None) -> list[dict]:
+        """The rows of `table` where `condition` holds (column predicates, never SQL text with values
+        spliced in), as dicts; none when no run has written the table. For the small global tables only."""
+        if not self.exists(table):
+            return []
+        df = self.read(table).where(condition)
+        return [r.asDict() for r in (df.select(*columns) if columns else df).collect()]
+
+    def last_commit(self, table: str) -> Row:
+        """The table's latest Delta commit: version, timestamp, userMetadata."""
+        return tables.last_commit(self.spark, self.warehouse, table)
 
     def this_run(self, table: str, **keys: str) -> DataFrame:
         """This run's rows of `table`, narrowed by column = value `keys`."""

@@ -67,36 +67,11 @@ def recorded_run(spark: SparkSession, warehouse: str, run_id: str, job: str,
 
 def write_run_rows(spark: SparkSession, warehouse: str, rows: list[dict]) -> None:
     """Rows of one run, keyed by (run_id, job), in one MERGE: a retry replaces them, other jobs of
-    the run stay.
-
-    The MERGE condition names the run_id partition as a literal, so Delta reads (and checks for
-    conflicts) only this run's partition: concurrent runs merging their own rows do not conflict.
-    Creating the table, and a MERGE racing another job of the same run, can still conflict: both go
-    through tables.with_conflict_retries (see there).
-    """
-    from delta.tables import DeltaTable
-
+    the run stay (`tables.merge_rows`: the run_id partition named as a literal, so concurrent runs
+    merging their own rows do not conflict)."""
     if not rows:
         return
     [run_id] = {validate_run_id(row["run_id"]) for row in rows}
-    df = spark.createDataFrame(rows, schema=tables.RUNS)
-    path = tables.table_path(warehouse, "runs")
-
-    def create_if_missing() -> None:
-        # an empty append creates the table once; appending nothing to an existing table is harmless,
-        # so the loser of a creation race simply retries (no "path already exists" error)
-        if not DeltaTable.isDeltaTable(spark, path):
-            tables.conform(df.limit(0), "runs").write.format("delta").mode("append").partitionBy("run_id").save(path)
-
-    def merge() -> None:
-        (
-            DeltaTable.forPath(spark, path).alias("t")
-            .merge(df.alias("s"), f"t.run_id = '{run_id}' AND t.run_id = s.run_id AND t.job = s.job")
-            .whenMatchedUpdateAll()
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
-
-    tables.with_conflict_retries(create_if_missing, "runs [create]")
     jobs = ", ".join(row["job"] for row in rows)
-    tables.with_conflict_retries(merge, f"runs [run_id = '{run_id}' AND job IN ({jobs})]")
+    tables.merge_rows(spark.createDataFrame(rows, schema=tables.RUNS), warehouse, "runs", run_id, on=("job",),
+                      what=f"run_id = '{run_id}' AND job IN ({jobs})")

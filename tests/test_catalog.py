@@ -18,7 +18,7 @@ import yaml
 from chispa import assert_df_equality
 
 from clickeval_spark import tables
-from clickeval_spark.catalog import check_locations, register_in_catalog
+from clickeval_spark.catalog import check_locations, register_in_catalog, register_temp_views
 from clickeval_spark.config import AppConfig, CatalogConfig, IngestConfig, TablesConfig
 from clickeval_spark.context import StageContext
 from clickeval_spark.errors import ClickevalError
@@ -50,7 +50,11 @@ def test_tables_register_as_external_delta_tables_with_the_view(spark, tmp_path)
     warehouse = str(tmp_path / "wh")
     _fill(spark, warehouse)
     # temp views of the same names (an earlier `clickeval sql` in this session) give way to the catalog's tables
-    assert "click_predictions" in tables.register_tables(spark, warehouse)
+    assert "click_predictions" in register_temp_views(spark, warehouse)
+    # the temp by-rank view and the catalog's share one SQL definition: the rows of `by_rank`
+    assert_df_equality(spark.table("click_predictions_by_rank"),
+                       by_rank(tables.read_table(spark, warehouse, "click_predictions")),
+                       ignore_row_order=True, ignore_nullable=True)
     try:
         assert register_in_catalog(spark, warehouse, "ce_unit") == ["click_predictions", "metrics",
                                                                     "click_predictions_by_rank"]

@@ -1,6 +1,6 @@
 """Issue 7.3: two runs with different run_ids writing the same tables at the same time both land completely.
 
-How conflicts are handled (clickeval_spark/tables.py, runs.py): run-keyed tables are partitioned by run_id
+How conflicts are handled (clickeval_spark/tables/retries.py, delta_io.py): run-keyed tables are partitioned by run_id
 and every write names its run_id partition (replaceWhere, and a literal run_id in the `runs` MERGE), so
 writes of different runs never conflict; where they still can (two writers creating a table, the same
 slice written twice) tables.with_conflict_retries retries Delta's concurrent-modification errors a bounded
@@ -19,6 +19,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 
 from clickeval_spark import tables
+from clickeval_spark.tables import retries
 from clickeval_spark.runs import recorded_run
 from tests.reliability import _pipeline as P
 
@@ -119,7 +120,7 @@ def test_writers_creating_the_same_tables_conflict_and_retries_land_them_all(spa
     """Three runs writing into tables that do not exist yet: all race to commit version 0. Without retries
     some run fails with a Delta conflict; with them every run lands exactly once."""
     run_ids = ["race-a", "race-b", "race-c"]
-    monkeypatch.setattr(tables, "WRITE_ATTEMPTS", 1)
+    monkeypatch.setattr(retries, "WRITE_ATTEMPTS", 1)
     failures = []
     for attempt in range(3):
         failures = _race(spark, str(tmp_path / f"no-retry-{attempt}"), run_ids)
@@ -128,8 +129,8 @@ def test_writers_creating_the_same_tables_conflict_and_retries_land_them_all(spa
     assert failures, "three writers creating one table never conflicted: the race did not happen"
     assert all(tables.is_concurrent_modification(e) for e in failures), failures
 
-    monkeypatch.setattr(tables, "WRITE_ATTEMPTS", 8)
-    monkeypatch.setattr(tables, "RETRY_BASE_SECONDS", 0.2)
+    monkeypatch.setattr(retries, "WRITE_ATTEMPTS", 8)
+    monkeypatch.setattr(retries, "RETRY_BASE_SECONDS", 0.2)
     retried = 0
     for attempt in range(3):
         warehouse = str(tmp_path / f"retry-{attempt}")
@@ -149,7 +150,7 @@ def test_disjoint_run_slices_commit_concurrently_without_conflicts(spark, tmp_pa
     run_id predicate reads the whole table and fails here with ConcurrentAppendException.)"""
     warehouse = str(tmp_path / "wh")
     _race(spark, warehouse, ["seed"])  # create metrics and runs
-    monkeypatch.setattr(tables, "WRITE_ATTEMPTS", 1)
+    monkeypatch.setattr(retries, "WRITE_ATTEMPTS", 1)
     run_ids = ["r-a", "r-b", "r-c"]
     assert _race(spark, warehouse, run_ids) == []  # new slices: appends into new partitions
     _landed(spark, warehouse, ["seed", *run_ids])

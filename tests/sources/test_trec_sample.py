@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from clickeval_spark.config import IngestConfig
-from clickeval_spark.tables import register_tables
+from clickeval_spark.catalog import register_temp_views
 from clickeval_spark.context import StageContext
 from clickeval_spark.stages import STAGES
 from clickeval_spark.config import AppConfig
@@ -25,7 +25,7 @@ def test_trec_sample_counts_and_sql(spark, warehouse):
     assert (counts["serps_read"], counts["quarantined"]) == (3596, 0)
     assert (counts["labels_read"], counts["labels_accepted"], counts["label_rows"]) == (856, 856, 8560)
 
-    register_tables(spark, warehouse)
+    register_temp_views(spark, warehouse)
     by_split = dict(spark.sql("SELECT split, count(*) FROM serps GROUP BY split").collect())
     assert by_split == {"train": 2872, "valid": 361, "test": 363}
     labelled = spark.sql("SELECT count(DISTINCT serp_id) FROM relevance_labels").first()[0]
@@ -42,6 +42,6 @@ def test_trec_sample_counts_and_sql(spark, warehouse):
 
     # a rerun with the same run id replaces, never duplicates
     STAGES["ingest"](StageContext(spark, cfg, warehouse, "trec-test"))
-    register_tables(spark, warehouse)
+    register_temp_views(spark, warehouse)
     assert spark.sql("SELECT count(*) FROM serps").first()[0] == 3596
     assert spark.sql("SELECT count(*) FROM runs WHERE run_id = 'trec-test'").first()[0] == 1
