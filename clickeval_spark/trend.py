@@ -19,10 +19,11 @@ import matplotlib
 matplotlib.use("Agg")  # no display on servers or CI
 import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from clickeval_spark.report import STYLE, _png, collected  # noqa: E402
+from clickeval_spark.context import StageContext  # noqa: E402
+from clickeval_spark.report_figures import inline_png  # noqa: E402
+from clickeval_spark.report_html import STYLE  # noqa: E402
 
 # (metric, cutoff, label) of each panel, in panel order; NDCG@10's panel is left out when a model has none
 PANELS = (("LL", None, "LL"), ("PPL", None, "PPL"), ("NDCG", 10, "NDCG@10"))
@@ -171,7 +172,7 @@ def trend_figure(model: str, panels: Mapping[str, list[Point]], missing_days: Se
     fig.tight_layout()
     fig.legend(legend.values(), legend.keys(), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(legend),
                fontsize=8, frameon=False)
-    return _png(fig)
+    return inline_png(fig)
 
 
 def _num(v: float | None) -> str:
@@ -257,11 +258,11 @@ def trend_page(trend: Trend, dataset: str, models: Sequence[str] = ()) -> str:
             "</body></html>")
 
 
-def read_trend_rows(spark: SparkSession, warehouse: str, dataset: str) -> tuple[list[dict], list[dict]]:
+def read_trend_rows(ctx: StageContext, dataset: str) -> tuple[list[dict], list[dict]]:
     """The dataset's metrics rows of the plotted metrics (no paired differences) and its `evaluate` rows of
     `runs`, collected: both tables hold a few rows per run. Missing tables give no rows."""
     def rows(name: str, condition, columns: list[str]) -> list[dict]:
-        return collected(spark, warehouse, name, (F.col("dataset") == dataset) & condition, columns)
+        return ctx.collected(name, (F.col("dataset") == dataset) & condition, columns)
 
     panel = F.lit(False)
     for metric, cutoff, _ in PANELS:
@@ -272,8 +273,7 @@ def read_trend_rows(spark: SparkSession, warehouse: str, dataset: str) -> tuple[
     return metrics, runs
 
 
-def build_trend(spark: SparkSession, warehouse: str, dataset: str, models: Sequence[str] = (),
-                split: str | None = None) -> str:
+def build_trend(ctx: StageContext, dataset: str, models: Sequence[str] = (), split: str | None = None) -> str:
     """The trend page of one dataset, from the metrics and runs tables."""
-    metrics, runs = read_trend_rows(spark, warehouse, dataset)
+    metrics, runs = read_trend_rows(ctx, dataset)
     return trend_page(trend_series(metrics, runs, split), dataset, models)

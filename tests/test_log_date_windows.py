@@ -18,13 +18,14 @@ from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from clickeval_spark import ingest, tables
+from clickeval_spark import tables
 from clickeval_spark.context import StageContext
 from clickeval_spark.stages import STAGES
+from clickeval_spark.stages.ingest import write_ingest
 from clickeval_spark.config import (PROJECT_ROOT, AppConfig, EvaluateConfig, ExternalModelConfig, FitConfig,
                                     IngestConfig, PredictConfig, WindowConfig, load_config)
 from clickeval_spark.errors import ConfigError
-from clickeval_spark.report import build_report
+from clickeval_spark.report_html import build_report
 from clickeval_spark.runtime import load
 from tests.sources.helpers import rules, run, write
 from tests.sources.test_tiangong import _interaction
@@ -128,7 +129,7 @@ def test_window_reads_only_its_days_and_undated_labels(spark, warehouse, tmp_pat
     xml, labels = write(tmp_path / "s.xml", XML_TWO_DAYS), write(tmp_path / "l.txt", LABELS)
     cfg = IngestConfig(dataset="tg", format="tiangong_xml", paths={"all": xml}, labels=labels,
                        label_query_prefix="q", label_doc_prefix="d")  # no ingest.log_date: session 2 undated
-    ingest.write_ingest(spark, run(spark, cfg, "tg-1"), warehouse, "tg", "tg-1")
+    write_ingest(StageContext(spark, AppConfig(ingest=cfg), warehouse, "tg-1"), run(spark, cfg, "tg-1"))
     app = AppConfig(ingest=cfg, window=WindowConfig(D2, D2))
     assert sorted(r["serp_id"] for r in StageContext(spark, app, warehouse, "-").serps().collect()) == ["1-2"]
     assert sorted((r["doc_id"], r["log_date"]) for r in StageContext(spark, app, warehouse, "-").labels().collect()) == [
@@ -176,12 +177,13 @@ def test_fit_predict_evaluate_and_report_see_only_the_window(spark, warehouse, t
     assert {job: d["window"] for job, d in details.items()} == {"fit:pbm": window, "predict": window,
                                                                 "evaluate": window}
     assert "Window: log_date 2026-11-02 to 2026-11-03 (both inclusive)" in build_report(
-        spark, warehouse, run_id, "days", ["pbm"], [1])
+        StageContext(spark, cfg, warehouse, run_id), run_id, "days", ["pbm"], [1])
     # the whole dataset: a run without a window records null and the report says so
     whole = _cfg({"train": "unused"}, fit=FitConfig(models=("pbm",), iterations=1))
     STAGES["fit"](StageContext(spark, whole, warehouse, "whole"))
     assert _details(spark, warehouse, "whole")["fit:pbm"]["window"] is None
-    assert "Window: the whole dataset" in build_report(spark, warehouse, "whole", "days", ["pbm"], [1])
+    assert "Window: the whole dataset" in build_report(StageContext(spark, whole, warehouse, "whole"), "whole", "days",
+                                                       ["pbm"], [1])
 
 
 def test_a_serps_table_partitioned_by_dataset_alone_keeps_working(spark, warehouse, tmp_path):
@@ -195,10 +197,10 @@ def test_a_serps_table_partitioned_by_dataset_alone_keeps_working(spark, warehou
     xml, labels = write(tmp_path / "s.xml", XML_TWO_DAYS), write(tmp_path / "l.txt", LABELS)
     cfg = IngestConfig(dataset="tg", format="tiangong_xml", paths={"all": xml}, labels=labels,
                        label_query_prefix="q", label_doc_prefix="d", log_date=D5)
-    ingest.write_ingest(spark, run(spark, cfg, "tg-1"), warehouse, "tg", "tg-1")
+    write_ingest(StageContext(spark, AppConfig(ingest=cfg), warehouse, "tg-1"), run(spark, cfg, "tg-1"))
     day3 = write(tmp_path / "d3.xml", f'<root><session num="7">{_interaction(1, "q1", ["d1"], [1])}</session></root>')
-    ingest.write_ingest(spark, run(spark, IngestConfig(dataset="tg", format="tiangong_xml", paths={"all": day3},
-                                                       log_date=D3), "tg-2"), warehouse, "tg", "tg-2")
+    cfg3 = IngestConfig(dataset="tg", format="tiangong_xml", paths={"all": day3}, log_date=D3)
+    write_ingest(StageContext(spark, AppConfig(ingest=cfg3), warehouse, "tg-2"), run(spark, cfg3, "tg-2"))
     assert _slices(spark, warehouse, "tg") == {D1: ["1-1"], D2: ["1-2"], D3: ["7-1"], D5: ["2-1"]}
     path = tables.table_path(warehouse, "serps")
     assert DeltaTable.forPath(spark, path).detail().first()["partitionColumns"] == ["dataset"]

@@ -8,7 +8,7 @@ import pytest
 from clickeval_spark import tables
 from clickeval_spark.config import AppConfig, FitConfig, IngestConfig, ReportConfig
 from clickeval_spark.context import StageContext
-from clickeval_spark.report import coverage_plot, ndcg_figure
+from clickeval_spark.report_figures import coverage_plot, ndcg_figure
 from clickeval_spark.stages import STAGES
 from jobs import sql as sql_job
 from jobs import tables as tables_job

@@ -145,7 +145,7 @@ def test_fewer_than_two_dated_runs_say_so():
 
 
 def test_a_warehouse_without_metrics_or_runs_gets_a_page_saying_so(spark, warehouse):
-    page = build_trend(spark, warehouse, "days")
+    page = build_trend(StageContext(spark, AppConfig(), warehouse, "-"), "days")
     assert "Fewer than two dated runs of dataset days (0 found)" in page
 
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from datetime import date
 
-from clickeval_spark import ingest
+from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import functions as F
+
+from clickeval_spark import ingestion, tables
+from clickeval_spark.config import SPLITS
 from clickeval_spark.context import StageContext
 from clickeval_spark.errors import InputError
 from clickeval_spark.sources import synthetic
@@ -18,19 +22,68 @@ def run(ctx: StageContext) -> dict[str, int]:
         if icfg.format == "synthetic":
             parsed_serps, labels, truth = synthetic.generate(ctx.spark, icfg)
         else:
-            parsed_serps, labels, truth = ingest.parse_serps(ctx.spark, icfg), ingest.parse_labels(ctx.spark, icfg), None
-        out = ingest.run_ingest(ctx.spark, icfg, parsed_serps, labels, ctx.run_id)
+            parsed_serps, labels = ingestion.parse_serps(ctx.spark, icfg), ingestion.parse_labels(ctx.spark, icfg)
+            truth = None
+        out = ingestion.run_ingest(ctx.spark, icfg, parsed_serps, labels, ctx.run_id)
         try:
-            counts, refused = ingest.quarantine_check(out, icfg)
+            counts, refused = ingestion.quarantine_check(out, icfg)
             run.counts.update(out.counts, **counts)
             if refused:
                 raise InputError(refused)
             # the (dataset, log_date) slices this ingest replaced; null: the undated slice
             run.details["log_dates"] = sorted(out.log_dates, key=lambda d: (d is None, d or date.min))
-            run.counts.update(ingest.write_ingest(ctx.spark, out, ctx.warehouse, icfg.dataset, ctx.run_id))
+            run.counts.update(write_ingest(ctx, out))
             if truth is not None:  # a simulated log's true parameters, beside the fitted ones
                 ctx.write(truth, "model_params", {"run_id": synthetic.truth_run_id(icfg.dataset)})
         finally:
             out.quarantine.unpersist()
     print(f"ingest {icfg.dataset} run_id={ctx.run_id}: " + ", ".join(f"{k}={v}" for k, v in sorted(run.counts.items())))
     return run.counts
+
+
+def write_ingest(ctx: StageContext, out: ingestion.IngestOutput) -> dict[str, int]:
+    """Write the three tables of the context's dataset, then reconcile read = accepted + quarantined from
+    what was written."""
+    with ingestion.reading_inputs():
+        return _write_ingest(ctx, out)
+
+
+def _counted(df: DataFrame, what: str, **counts: Column) -> tuple[DataFrame, Observation]:
+    """`tables.observed` with row counts: name -> condition."""
+    return tables.observed(df, f"ingest-{what}", *[F.count(F.when(cond, 1)).alias(name) for name, cond in counts.items()])
+
+
+def _write_ingest(ctx: StageContext, out: ingestion.IngestOutput) -> dict[str, int]:
+    dataset = ctx.dataset
+    serps, serps_seen = _counted(out.serps, "serps", **{split: F.col("split") == split for split in SPLITS})
+    quarantine, quarantine_seen = _counted(out.quarantine, "quarantine",
+                                            **{t: F.col("target") == t for t in ("serps", "relevance_labels")})
+    ctx.write(serps, "serps", {"dataset": dataset}, out.log_dates)
+    ctx.write(quarantine, "quarantine", {"run_id": ctx.run_id, "dataset": dataset})
+    counts = dict(out.counts)
+    # a split outside SPLITS is counted nowhere: the reconciliation below fails on it
+    per_split = {split: n for split, n in serps_seen.get.items() if n}
+    counts["serps_accepted"] = sum(per_split.values())
+    quarantined = quarantine_seen.get
+    counts["serps_quarantined"] = quarantined["serps"]
+    for split, n in per_split.items():
+        counts[f"serps_{split}"] = n
+    if out.labels is not None:
+        labels, labels_seen = _counted(out.labels, "labels", rows=F.lit(True), without_serp=F.col("serp_id").isNull())
+        ctx.write(labels, "relevance_labels", {"dataset": dataset}, out.label_log_dates)
+        counts["labels_quarantined"] = quarantined["relevance_labels"]
+        counts["label_rows"], counts["label_rows_without_serp"] = labels_seen.get["rows"], labels_seen.get["without_serp"]
+        # the labels' days as written (they may reach beyond this input's SERP days), against the SERPs written
+        labels_written = ctx.read("relevance_labels").where(
+            (F.col("dataset") == dataset) & F.expr(tables.log_date_predicate(out.label_log_dates)))
+        pairs_written = (ctx.read("serps")
+                         .where((F.col("dataset") == dataset) & F.expr(tables.log_date_predicate(out.log_dates)))
+                         .select("query_id", F.explode("doc_ids").alias("doc_id")).distinct())
+        counts["label_pairs_not_in_serps"] = labels_written.join(pairs_written, on=["query_id", "doc_id"],
+                                                                 how="left_anti").count()
+    counts["read"] = counts["serps_read"] + counts.get("labels_read", 0)
+    counts["quarantined"] = counts["serps_quarantined"] + counts.get("labels_quarantined", 0)
+    counts["accepted"] = counts["serps_accepted"] + counts.get("labels_accepted", 0)
+    if counts["read"] != counts["accepted"] + counts["quarantined"]:
+        raise RuntimeError(f"ingest lost records: {counts}")  # a bug, never expected: fail loudly
+    return counts

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from clickeval_spark.config import resolve_location
 from clickeval_spark.context import StageContext
-from clickeval_spark.report import build_report, write_text
+from clickeval_spark.report_html import build_report, write_text
 from clickeval_spark.trend import build_trend
 
 
@@ -17,13 +17,12 @@ def run(ctx: StageContext) -> str:
     target = f"{root}/{ctx.run_id}.html"
     trend_target = f"{root}/{ctx.dataset}-trend.html" if cfg.report.trend else None
     with ctx.record("report") as run:
-        page = build_report(ctx.spark, ctx.warehouse, ctx.run_id, ctx.dataset, list(cfg.evaluated_models),
-                            list(cfg.evaluate.ndcg_cutoffs))
+        page = build_report(ctx, ctx.run_id, ctx.dataset, list(cfg.evaluated_models), list(cfg.evaluate.ndcg_cutoffs))
         write_text(ctx.spark, target, page)
         run.details["path"] = target
         run.counts["bytes"] = len(page.encode("utf-8"))
         if trend_target is not None:
-            trend = build_trend(ctx.spark, ctx.warehouse, ctx.dataset, list(cfg.evaluated_models))
+            trend = build_trend(ctx, ctx.dataset, list(cfg.evaluated_models))
             write_text(ctx.spark, trend_target, trend)
             run.details["trend_path"] = trend_target
             run.counts["trend_bytes"] = len(trend.encode("utf-8"))

@@ -3,7 +3,7 @@
 Point 4: every hostile record lands in `quarantine` with its rule and reason, or the ingest job fails
 with one line naming the file and the rule; nothing else is lost and the ingest's counts reconcile
 read = accepted + quarantined (read from its `runs` row for per-query text; for XML and Yandex from
-ingest.write_ingest, which computes what the stage records). One input file per source format carries
+stages.ingest.write_ingest, which computes what the stage records). One input file per source format carries
 all its cases, so each format costs one ingest.
 
 Point 5: input text is never evaluated as code (list fields are JSON), and user-given names reach no
@@ -22,12 +22,13 @@ import yaml
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from clickeval_spark import ingest, tables
+from clickeval_spark import ingestion, tables
 from clickeval_spark.context import StageContext
 from clickeval_spark.stages import STAGES
+from clickeval_spark.stages.ingest import write_ingest
 from clickeval_spark.config import AppConfig, IngestConfig, load_config
 from clickeval_spark.errors import ConfigError, InputError
-from clickeval_spark.report import build_report
+from clickeval_spark.report_html import build_report
 from clickeval_spark.sources.files import RAW_MAX_CHARS
 from jobs import ingest as ingest_job
 from tests.sources.helpers import rules, run, write
@@ -47,7 +48,7 @@ def _ingest(spark, warehouse, cfg: IngestConfig, run_id: str, *, stage: bool = T
     """Ingest into Delta tables; returns (serps rows, quarantine rows, counts).
 
     stage=True runs the real ingest stage and returns the counts its `runs` row recorded (with status);
-    stage=False runs the same parse, validate and write (ingest.run_ingest + write_ingest) without the
+    stage=False runs the same parse, validate and write (ingestion.run_ingest + write_ingest) without the
     `runs` row, and returns the counts the stage would record: cheaper, for tests beyond the first.
     """
     if stage:
@@ -56,8 +57,9 @@ def _ingest(spark, warehouse, cfg: IngestConfig, run_id: str, *, stage: bool = T
         assert row["status"] == "succeeded"
         counts = row["counts"]
     else:
-        out = ingest.run_ingest(spark, cfg, ingest.parse_serps(spark, cfg), ingest.parse_labels(spark, cfg), run_id)
-        counts = ingest.write_ingest(spark, out, warehouse, cfg.dataset, run_id)
+        out = ingestion.run_ingest(spark, cfg, ingestion.parse_serps(spark, cfg), ingestion.parse_labels(spark, cfg),
+                                   run_id)
+        counts = write_ingest(StageContext(spark, AppConfig(ingest=cfg), warehouse, run_id), out)
     serps = tables.read_table(spark, warehouse, "serps").where(F.col("dataset") == cfg.dataset).collect()
     quarantine = tables.read_table(spark, warehouse, "quarantine").where(F.col("run_id") == run_id).collect()
     return serps, quarantine, counts
@@ -531,9 +533,10 @@ def test_report_reads_its_run_by_value_not_by_sql_text(spark, warehouse):
     row = {"run_id": "r1", "model": "pbm", "dataset": "d", "split": "test", "metric": "LL", "cutoff": None,
            "value": -0.25, "n": 10, "ci_low": -0.3, "ci_high": -0.2, "reference_model": None}
     spark.createDataFrame([row], tables.METRICS).write.format("delta").save(tables.table_path(warehouse, "metrics"))
-    assert "No metrics for this run yet" not in build_report(spark, warehouse, "r1", "d", ["pbm"], [1])
+    ctx = StageContext(spark, AppConfig(), warehouse, "r1")
+    assert "No metrics for this run yet" not in build_report(ctx, "r1", "d", ["pbm"], [1])
     # spliced into SQL text this dataset would read `... AND dataset = 'x' OR '1'='1'`: every row
-    page = build_report(spark, warehouse, "r1", "x' OR '1'='1", ["pbm"], [1])
+    page = build_report(ctx, "r1", "x' OR '1'='1", ["pbm"], [1])
     assert "No metrics for this run yet" in page
 
 

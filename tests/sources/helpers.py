@@ -4,7 +4,7 @@ from pathlib import Path
 
 from pyspark.sql import functions as F
 
-from clickeval_spark import ingest
+from clickeval_spark import ingestion
 from clickeval_spark.config import IngestConfig
 
 
@@ -15,7 +15,7 @@ def write(path: Path, text: str) -> str:
 
 def run(spark, cfg: IngestConfig, run_id: str = "t1"):
     """Parse + validate (no Delta write): the IngestOutput of a config."""
-    return ingest.run_ingest(spark, cfg, ingest.parse_serps(spark, cfg), ingest.parse_labels(spark, cfg), run_id)
+    return ingestion.run_ingest(spark, cfg, ingestion.parse_serps(spark, cfg), ingestion.parse_labels(spark, cfg), run_id)
 
 
 def rules(out) -> list[tuple]:

@@ -1,4 +1,5 @@
-"""The ingest stage: any source format -> validated serps, relevance_labels and quarantine."""
+"""Ingestion: any source format -> validated, split serps and relevance_labels frames and their quarantine,
+with the checks that must pass before anything is written (stages/ingest.py writes them)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ from datetime import date
 from typing import Iterator
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from clickeval_spark import tables
-from clickeval_spark.config import SPLITS, IngestConfig
+from clickeval_spark.config import IngestConfig
 from clickeval_spark.errors import ConfigError, InputError
 from clickeval_spark.sources import canonical, per_query_text, tiangong, yandex
 from clickeval_spark.sources.files import input_files, same_file, shown
@@ -228,50 +228,3 @@ def quarantine_check(out: IngestOutput, cfg: IngestConfig) -> tuple[dict[str, in
     if not refusals:
         return counts, None
     return counts, "ingest refused, nothing written: " + "; ".join(refusals)
-
-
-def write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, dataset: str, run_id: str) -> dict[str, int]:
-    """Write the three tables, then reconcile read = accepted + quarantined from what was written."""
-    with reading_inputs():
-        return _write_ingest(spark, out, warehouse, dataset, run_id)
-
-
-def _counted(df: DataFrame, what: str, **counts: Column) -> tuple[DataFrame, Observation]:
-    """`tables.observed` with row counts: name -> condition."""
-    return tables.observed(df, f"ingest-{what}", *[F.count(F.when(cond, 1)).alias(name) for name, cond in counts.items()])
-
-
-def _write_ingest(spark: SparkSession, out: IngestOutput, warehouse: str, dataset: str, run_id: str) -> dict[str, int]:
-    serps, serps_seen = _counted(out.serps, "serps", **{split: F.col("split") == split for split in SPLITS})
-    quarantine, quarantine_seen = _counted(out.quarantine, "quarantine",
-                                            **{t: F.col("target") == t for t in ("serps", "relevance_labels")})
-    tables.replace_slice(serps, warehouse, "serps", {"dataset": dataset}, run_id, out.log_dates)
-    tables.replace_slice(quarantine, warehouse, "quarantine", {"run_id": run_id, "dataset": dataset}, run_id)
-    counts = dict(out.counts)
-    # a split outside SPLITS is counted nowhere: the reconciliation below fails on it
-    per_split = {split: n for split, n in serps_seen.get.items() if n}
-    counts["serps_accepted"] = sum(per_split.values())
-    quarantined = quarantine_seen.get
-    counts["serps_quarantined"] = quarantined["serps"]
-    for split, n in per_split.items():
-        counts[f"serps_{split}"] = n
-    if out.labels is not None:
-        labels, labels_seen = _counted(out.labels, "labels", rows=F.lit(True), without_serp=F.col("serp_id").isNull())
-        tables.replace_slice(labels, warehouse, "relevance_labels", {"dataset": dataset}, run_id,
-                             out.label_log_dates)
-        counts["labels_quarantined"] = quarantined["relevance_labels"]
-        counts["label_rows"], counts["label_rows_without_serp"] = labels_seen.get["rows"], labels_seen.get["without_serp"]
-        # the labels' days as written (they may reach beyond this input's SERP days), against the SERPs written
-        labels_written = tables.read_table(spark, warehouse, "relevance_labels").where(
-            (F.col("dataset") == dataset) & F.expr(tables.log_date_predicate(out.label_log_dates)))
-        pairs_written = (tables.read_table(spark, warehouse, "serps")
-                         .where((F.col("dataset") == dataset) & F.expr(tables.log_date_predicate(out.log_dates)))
-                         .select("query_id", F.explode("doc_ids").alias("doc_id")).distinct())
-        counts["label_pairs_not_in_serps"] = labels_written.join(pairs_written, on=["query_id", "doc_id"],
-                                                                 how="left_anti").count()
-    counts["read"] = counts["serps_read"] + counts.get("labels_read", 0)
-    counts["quarantined"] = counts["serps_quarantined"] + counts.get("labels_quarantined", 0)
-    counts["accepted"] = counts["serps_accepted"] + counts.get("labels_accepted", 0)
-    if counts["read"] != counts["accepted"] + counts["quarantined"]:
-        raise RuntimeError(f"ingest lost records: {counts}")  # a bug, never expected: fail loudly
-    return counts
