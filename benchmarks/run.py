@@ -62,7 +62,7 @@ from clickeval_spark.metrics.evaluate import MetricOptions
 from clickeval_spark.stages import STAGES
 from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.models import get_model
-from clickeval_spark.models.params_io import from_param_rows
+from clickeval_spark.models.fitted import FittedModel
 from clickeval_spark.runtime import session_for
 
 PYCLICK_DBN_SERPS_PER_S = 190.0
@@ -184,7 +184,7 @@ def run_size(spark, conf: str, n: int, workdir: Path, iterations: int,
                    "serp_iter_per_s": out["n_train"] / spark_s}
             if name in REFERENCES:
                 glob, ref_times = REFERENCES[name](pair, clicks, n_pairs, iterations)
-                fitted = from_param_rows(params, get_model(name), run_id, cfg.fit.max_rank)
+                fitted = FittedModel.from_rows(params, get_model(name), run_id, cfg.fit.max_rank)
                 ref_s = float(np.median(ref_times))
                 row.update(numpy_s_per_iter=ref_s, numpy_iter_s=list(ref_times), ratio=ref_s / spark_s,
                            max_global_diff=max(float(np.max(np.abs(fitted.glob[k] - glob[k]))) for k in glob))

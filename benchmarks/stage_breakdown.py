@@ -19,13 +19,14 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from clickeval_spark import ingest
+from clickeval_spark import ingestion
 from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.context import StageContext
 from clickeval_spark.metrics import click_prediction
 from clickeval_spark.metrics.evaluate import MetricOptions, statistic_replicates
 from clickeval_spark.models.attach import attach_qd, truncate_serps, wide_cols, wide_prior
-from clickeval_spark.models.params_io import load_fitted, wide_qd_rows
+from clickeval_spark.models.fitted import load_fitted
+from clickeval_spark.models.params_io import wide_qd_rows
 from clickeval_spark.models.predict import predict_models
 from clickeval_spark.runtime import session_for
 from clickeval_spark.stages import STAGES
@@ -47,13 +48,13 @@ def _twice(label: str, fn, out: list) -> None:
 
 def ingest_steps(ctx: StageContext, text_cfg, out: list) -> None:
     icfg = text_cfg.ingest
-    parsed = lambda: ingest.parse_serps(ctx.spark, icfg)  # noqa: E731
+    parsed = lambda: ingestion.parse_serps(ctx.spark, icfg)  # noqa: E731
     _twice("ingest: read and number the lines (text -> raw rows)",
            lambda: _noop(parsed().select("source", "line", "raw")), out)
     _twice("ingest: + parse the fields and JSON lists", lambda: _noop(parsed()), out)
 
     def checked() -> None:
-        o = ingest.run_ingest(ctx.spark, icfg, parsed(), None, "breakdown")
+        o = ingestion.run_ingest(ctx.spark, icfg, parsed(), None, "breakdown")
         _noop(o.serps)
         o.quarantine.unpersist()
     _twice("ingest: + rules, duplicates, splits, persist, per-file counts (accepted rows)", checked, out)

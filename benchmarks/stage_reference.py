@@ -48,7 +48,6 @@ from clickeval_spark.models.attach import list_array, padded
 from clickeval_spark.models.base import ClickModel
 from clickeval_spark.models import get_model
 from clickeval_spark.models.fitted import FittedModel
-from clickeval_spark.models.params_io import from_param_rows
 from clickeval_spark.sources.synthetic import TRUTH_MODEL, load_truth
 
 TEXT_FIELDS = ("session_id", "query_id", "doc_ids", "vtypes", "clicks")
@@ -426,7 +425,7 @@ def run_params(params: DataFrame, cfg: AppConfig, run_id: str, directory: str | 
     fitted models (``fit.models``) and, on a simulated dataset, the true model as `truth` (the parameters the
     log was drawn from, `synthetic.load_truth`), each under ``directory``/params-<model>."""
     M = cfg.fit.max_rank
-    fitted = {name: from_param_rows(params, get_model(name), run_id, M) for name in cfg.fit.models}
+    fitted = {name: FittedModel.from_rows(params, get_model(name), run_id, M) for name in cfg.fit.models}
     truth, _ = load_truth(params, cfg)
     if truth is not None:
         fitted[TRUTH_MODEL] = truth

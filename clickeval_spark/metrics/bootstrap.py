@@ -62,6 +62,7 @@ def poisson_weights(hashes: np.ndarray, replicates: int) -> np.ndarray:
     loop (`poisson_draws`; numba is imported where this runs, in the workers); the same
     integers as `numpy_poisson_weights`.
     """
+    # numba (heavy, JIT-compiles on import) is loaded in the workers that draw, not on the driver
     from clickeval_spark.metrics.poisson_draws import poisson_draws
 
     h = np.ascontiguousarray(hashes.astype(np.int64).view(np.uint64).reshape(-1))

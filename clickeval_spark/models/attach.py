@@ -26,7 +26,7 @@ from pyspark.sql.window import Window
 
 from clickeval_spark.models.base import INIT_VALUE
 
-if TYPE_CHECKING:  # fitted.py's methods import predict and sampling, which import this module
+if TYPE_CHECKING:  # FittedModel calls predict and sampling, which import this module: only a type here
     from clickeval_spark.models.fitted import FittedModel
 
 

@@ -11,8 +11,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
+from clickeval_spark.errors import ClickevalError
+from clickeval_spark.models import get_model
 from clickeval_spark.models.base import ClickModel
+from clickeval_spark.models.params_io import fields_from_rows, to_param_rows
+from clickeval_spark.models.predict import predict_clicks, relevance_scores
+from clickeval_spark.models.sampling import sample_serps
 
 
 @dataclass
@@ -55,35 +61,39 @@ class FittedModel:
         """The value of qd parameter ``p`` for a pair unseen in training, at ranks 1..max_rank."""
         return [float(v) for v in self.prior_by_rank.get(p) or [self.prior[p]] * self.max_rank]
 
-    # The methods import their modules when called: those modules build FittedModels themselves.
-
     def predict(self, serps: DataFrame) -> DataFrame:
         """One row per evaluated position of `serps` with click, p_click_cond and p_click (models/predict.py)."""
-        from clickeval_spark.models.predict import predict_clicks
-
         return predict_clicks(serps, self)
 
     def relevance(self, pairs: DataFrame | None = None) -> DataFrame:
         """query_id, doc_id, score: the model's relevance estimate of `pairs` (default: its qd table)."""
-        from clickeval_spark.models.predict import relevance_scores
-
         return relevance_scores(self, pairs)
 
     def sample(self, serps: DataFrame, *, k: int, seed: int, **options) -> DataFrame:
         """`k` click sequences per SERP drawn from the model (models/sampling.py `sample_serps`)."""
-        from clickeval_spark.models.sampling import sample_serps
-
         return sample_serps(serps, self, k=k, seed=seed, **options)
 
     def to_rows(self, run_id: str) -> DataFrame:
         """The model_params rows of this model for run `run_id` (models/params_io.py)."""
-        from clickeval_spark.models.params_io import to_param_rows
-
         return to_param_rows(self, run_id)
 
     @classmethod
-    def from_rows(cls, rows: DataFrame, model: ClickModel, run_id: str, max_rank: int) -> "FittedModel":
+    def from_rows(cls, rows: DataFrame, model: ClickModel, run_id: str, max_rank: int) -> FittedModel:
         """The model `model` of run `run_id` from model_params rows (history is not stored)."""
-        from clickeval_spark.models.params_io import from_param_rows
+        return cls(**fields_from_rows(rows, model, run_id, max_rank))
 
-        return from_param_rows(rows, model, run_id, max_rank)
+
+def load_fitted(params: DataFrame, name: str, run_id: str, max_rank: int) -> FittedModel:
+    """Model `name` of run `run_id` from model_params. A run or model never fitted, or a model name the
+    code does not know, is a user error: one line saying what to run, not a traceback."""
+    try:
+        model = get_model(name)
+    except ValueError as exc:
+        raise ClickevalError(f"model_params: {exc}") from None
+    try:
+        return FittedModel.from_rows(params, model, run_id, max_rank)
+    except ValueError as exc:
+        if params.where((F.col("run_id") == run_id) & (F.col("model") == name)).limit(1).count() == 0:
+            raise ClickevalError(f"run {run_id}: no model_params for model {name}; "
+                                 f"run `clickeval fit --run-id {run_id}` first") from None
+        raise ClickevalError(f"run {run_id}: {exc}; rerun `clickeval fit --run-id {run_id}`") from None

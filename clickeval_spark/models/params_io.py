@@ -26,20 +26,21 @@ never leave Spark.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from clickeval_spark.errors import ClickevalError
+from clickeval_spark import tables
+from clickeval_spark.models.attach import wide_col
 from clickeval_spark.models.base import ClickModel
 from clickeval_spark.models.priors import is_per_rank
-from clickeval_spark import tables
-from clickeval_spark.models.fitted import FittedModel
-from clickeval_spark.models.attach import wide_col
 
-# the table's own schema (clickeval_spark/tables.py), as a DDL string
+if TYPE_CHECKING:  # FittedModel's to_rows / from_rows call this module: the class is only a type here
+    from clickeval_spark.models.fitted import FittedModel
+
+# the table's own schema (clickeval_spark/tables/schemas.py), as a DDL string
 MODEL_PARAMS_SCHEMA = tables.MODEL_PARAMS.simpleString()
 _COLS = tables.MODEL_PARAMS.fieldNames()
 PRIOR_PREFIX = "prior_"
@@ -102,8 +103,9 @@ def to_param_rows(fitted: FittedModel, run_id: str) -> DataFrame:
     return out.select(*_COLS)
 
 
-def from_param_rows(df: DataFrame, model: ClickModel, run_id: str, max_rank: int) -> FittedModel:
-    """Inverse of `to_param_rows` for one run and model (history is not stored: empty)."""
+def fields_from_rows(df: DataFrame, model: ClickModel, run_id: str, max_rank: int) -> dict[str, Any]:
+    """Inverse of `to_param_rows` for one run and model: the FittedModel constructor's fields
+    (`FittedModel.from_rows` builds it; history is not stored: empty)."""
     rows = df.filter((F.col("run_id") == F.lit(run_id)) & (F.col("model") == F.lit(model.name)))
     params = list(model.qd_params)
     M = int(max_rank)
@@ -169,8 +171,8 @@ def from_param_rows(df: DataFrame, model: ClickModel, run_id: str, max_rank: int
         )
     else:
         qd = df.sparkSession.createDataFrame([], "query_id string, doc_id string, n_obs double")
-    return FittedModel(model=model, max_rank=M, qd=qd, glob=glob, prior=prior, prior_by_rank=by_rank, history=[],
-                       prior_spec=spec if spec["kind"] else {})
+    return dict(model=model, max_rank=M, qd=qd, glob=glob, prior=prior, prior_by_rank=by_rank, history=[],
+                prior_spec=spec if spec["kind"] else {})
 
 
 def wide_qd_rows(df: DataFrame, run_id: str, models: Mapping[str, ClickModel]) -> DataFrame:
@@ -190,21 +192,3 @@ def fitted_qd_rows(df: DataFrame, run_id: str, fitted: Mapping[str, FittedModel]
     """`wide_qd_rows` of those ``fitted`` models that have qd parameters; None when none has (GCTR, RCTR)."""
     ranked = {name: f.model for name, f in fitted.items() if f.model.qd_params}
     return wide_qd_rows(df, run_id, ranked) if ranked else None
-
-
-def load_fitted(params: DataFrame, name: str, run_id: str, max_rank: int) -> FittedModel:
-    """Model `name` of run `run_id` from model_params. A run or model never fitted, or a model name the
-    code does not know, is a user error: one line saying what to run, not a traceback."""
-    from clickeval_spark.models import get_model  # the registry imports every kernel module
-
-    try:
-        model = get_model(name)
-    except ValueError as exc:
-        raise ClickevalError(f"model_params: {exc}") from None
-    try:
-        return from_param_rows(params, model, run_id, max_rank)
-    except ValueError as exc:
-        if params.where((F.col("run_id") == run_id) & (F.col("model") == name)).limit(1).count() == 0:
-            raise ClickevalError(f"run {run_id}: no model_params for model {name}; "
-                                 f"run `clickeval fit --run-id {run_id}` first") from None
-        raise ClickevalError(f"run {run_id}: {exc}; rerun `clickeval fit --run-id {run_id}`") from None

@@ -11,7 +11,7 @@ training) get its ``fitted.prior``. Only the global parameters travel in the tas
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +21,9 @@ from pyspark.sql import functions as F
 
 from clickeval_spark.models.attach import (attach_models, batch_arrays, list_array, qd_array_col, shared_max_rank,
                                            truncate_serps, wide_cols, wide_models, wide_qd)
-from clickeval_spark.models.fitted import FittedModel
+
+if TYPE_CHECKING:  # FittedModel's methods call this module: the class is only a type here
+    from clickeval_spark.models.fitted import FittedModel
 
 # one row per SERP; element i of each array is rank i + 1 (DESIGN §2 click_predictions)
 PREDICTION_SCHEMA = ("model string, dataset string, split string, serp_id string, clicks array<int>, "

@@ -27,7 +27,6 @@ from clickeval_spark.errors import ClickevalError
 from clickeval_spark.hashing import seeded_uniform
 from clickeval_spark.models import get_model
 from clickeval_spark.models.fitted import FittedModel
-from clickeval_spark.models.params_io import from_param_rows
 from clickeval_spark.sources.parsed import to_parsed, to_parsed_labels
 
 
@@ -156,8 +155,8 @@ def load_truth(params: DataFrame, cfg: AppConfig) -> tuple[FittedModel | None, s
         return None, (f"no truth row: the simulated lists have {scfg.list_size} ranks, fewer than "
                       f"fit.max_rank={M}")
     try:
-        fitted = from_param_rows(_truth_rows(params, cfg.ingest.dataset, M), get_model(scfg.model),
-                                 truth_run_id(cfg.ingest.dataset), M)
+        fitted = FittedModel.from_rows(_truth_rows(params, cfg.ingest.dataset, M), get_model(scfg.model),
+                                       truth_run_id(cfg.ingest.dataset), M)
     except ValueError:
         return None, (f"no truth row: model_params holds no true {scfg.model} parameters for run "
                       f"{truth_run_id(cfg.ingest.dataset)}; run `clickeval ingest` with this config")
