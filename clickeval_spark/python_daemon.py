@@ -3,8 +3,7 @@
 Before every task PySpark's worker calls ``importlib.invalidate_caches()`` (worker_util.setup_spark_files).
 On Python 3.10 and 3.11 that makes every ``zipimporter`` re-read its archive's whole directory at once:
 pyspark.zip once per package path imported from it, py4j's zip and the spark-core jar Spark puts on the
-workers' PYTHONPATH. Measured here: about 0.2 s per task (a trivial 32-task mapPartitions took 3.4 s on
-2 cores), most of a small task's time. CPython fixed it in 3.12 (gh-103200: invalidation only marks the
+workers' PYTHONPATH: most of a small task's time (benchmarks/RESULTS.md). CPython fixed it in 3.12 (gh-103200: invalidation only marks the
 cache stale); this module gives 3.10/3.11 the same effect: an archive's directory is re-read when the
 file changed (mtime, ctime, size or inode), not on every call. Then it runs ``pyspark.daemon`` unchanged.
 

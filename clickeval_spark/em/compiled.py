@@ -1,23 +1,14 @@
 """The EM pass of the examination models (PBM, UBM) as one compiled loop over a block (numba).
 
-Both models are C_r = E_r * A_r, with A_r ~ Bernoulli(alpha of the rank's (query, doc)) and
-E_r ~ Bernoulli(gamma at the rank's cell): PBM's cell is the rank, UBM's the rank and the rank
-of the last click above (`ClickModel.row_constants`' "cell", an index into gamma flattened).
-The numpy kernels (`pbm.examination_posteriors`, `base.log_likelihood`) compute a slice's
-posteriors through a dozen (B, M) temporaries, a gather of alpha and a bincount per sum; here
-each rank is read once and its posteriors go straight into their pair's and cell's sums, about
-3x faster per block (benchmarks/RESULTS.md).
+Both models are C_r = E_r * A_r: A_r ~ Bernoulli(alpha of the rank's pair), E_r ~ Bernoulli(gamma at
+the rank's cell: PBM's the rank, UBM's the rank and the rank of the last click above). Each rank is
+read once and its posteriors go straight into their pair's and cell's sums, instead of the numpy
+kernels' dozen (B, M) temporaries per slice. The sums equal the numpy kernels' up to rounding (a
+row's LL is the log of its ranks' product, logged early near underflow); those stay the reference
+(tests/models/test_compiled.py) and serve every other model.
 
-Same terms as the numpy kernels, added in row order over the whole block instead of slice by
-slice; a row's LL is the log of the product of its ranks' probabilities instead of the sum of
-their logs (one log per row; each probability is at least ``eps``, and the product is logged
-early when it nears underflow). So the sums equal the numpy kernels' up to rounding
-(tests/models/test_compiled.py: 1e-12); the numpy kernels stay the reference and serve every
-other model and the predictors.
-
-Compiled on first use in each process, and cached in ``__pycache__`` beside this module where
-that directory is writable. Elsewhere (a read-only install, code in a ``--py-files`` zip) each
-process compiles in memory, about half a second, rather than numba's fallback of a cache under
+Compiled on first use in each process and cached in ``__pycache__`` where that is writable; elsewhere
+(a read-only install, a ``--py-files`` zip) compiled in memory rather than numba's fallback cache under
 the home directory of whatever user runs the executors.
 """
 

@@ -1,36 +1,9 @@
-"""Beta priors on click-model parameters: the M-step as a posterior mode.
+"""Beta priors on click-model parameters: every M-step is a posterior mode, value = (num + k m) / (den + k).
 
-On real logs most (query, doc) pairs are shown once and never clicked. The plain
-ratio num / den then drives their attractiveness to 0 (and examination to 1),
-and a later click on such a pair costs ln(1e-6). A Beta prior turns every
-M-step into a posterior mode with pseudo-counts:
-
-    value = (num + k * m) / (den + k)
-
-m is the prior mean, k its strength (in impressions). One `FamilyPrior` per
-parameter family (a qd parameter such as DBN's sigma, or a global one such as
-PBM's gamma):
-
-- ``none``:    k = 0, the plain MLE; a parameter whose den is 0 keeps its value.
-- ``pyclick``: k = 2, m = 0.5 for every family, qd and global: PyClick's +1 / +2
-               in every update (a Beta(2, 2) posterior mode); unseen pairs 0.5.
-- ``beta``:    qd families shrink toward their pooled mean m (sum of num over
-               sum of den of the same E-step, over every training pair), with a
-               strength k chosen on the valid split (`k: auto`) or fixed. `k: auto`
-               also tries empirical Bayes: each family its own k, the one that
-               maximises the Beta-binomial evidence of its expected counts
-               (`EB_GRID`; no held-out data needed), and the valid split decides
-               between that candidate and the shared strengths of the grid. A
-               per-rank family with several cells per rank (UBM's examination
-               per (rank, rank of the last click)) shrinks each cell toward its
-               rank's pooled mean with the same k. Other global families stay
-               the plain ratio: a per-rank value's or a scalar's pooled mean is
-               itself, where the posterior mode equals the ratio anyway.
-
-A (query, doc) pair unseen in training gets its family's pooled mean at the rank it is
-shown at (``rank_means``, the default: rank-1 click-through on the TREC sample is ten times
-rank 10's, and a model without its own position parameter would otherwise give an unseen pair
-the same attractiveness at both), or m.
+m is the prior mean, k its strength (in impressions); one `FamilyPrior` per parameter family. Kinds:
+``none`` (k = 0, the plain MLE), ``pyclick`` (k = 2, m = 0.5 everywhere: PyClick's +1 / +2) and
+``beta`` (qd families shrink toward their pooled mean; k from the grid or empirical Bayes, chosen on
+the valid split). Why and how each is chosen: README, "Priors (maximum a posteriori EM)".
 """
 
 from __future__ import annotations
