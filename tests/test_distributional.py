@@ -10,11 +10,11 @@ from clickeval_spark.config import (AppConfig, ExternalSequencesConfig, FitConfi
                                     SplitConfig, SurrogateConfig, SyntheticConfig)
 from clickeval_spark.generation import generate, reorder
 from clickeval_spark.models import get_model
-from clickeval_spark.models.params_io import from_param_rows
+from clickeval_spark.models.fitted import FittedModel
 from clickeval_spark.context import StageContext
 from clickeval_spark.metrics.distributional import perplexity
 from clickeval_spark.models.priors import model_prior
-from clickeval_spark.models.spark_em import fit
+from clickeval_spark.em.driver import fit
 from clickeval_spark.stages import STAGES, surrogate
 
 RUN = "sim-run"
@@ -97,7 +97,7 @@ def test_shuffled_lists_keep_the_documents(spark, simulated):
 def test_same_seed_same_rows_on_1_and_8_partitions(spark, simulated):
     warehouse, _, _ = simulated
     params = tables.read_table(spark, warehouse, "model_params")
-    fitted = from_param_rows(params, get_model("ubm"), RUN, 10)
+    fitted = FittedModel.from_rows(params, get_model("ubm"), RUN, 10)
     test = tables.read_table(spark, warehouse, "serps").where("split = 'test'")
 
     def rows(df):
@@ -181,7 +181,7 @@ def test_real_log_reference_is_out_of_sample(spark, simulated):
 
 
 def test_half_fit_in_the_packed_log_is_the_fit_of_that_half_alone(spark, simulated):
-    """The a->b number equals a surrogate fitted on half a by itself (spark_em.fit, same prior and passes)
+    """The a->b number equals a surrogate fitted on half a by itself (driver.fit, same prior and passes)
     and scored on half b with `perplexity`: the groups are wired to the right halves."""
     warehouse, _, rows = simulated
     cfg = _config()

@@ -10,11 +10,11 @@ from clickeval_spark.config import (AppConfig, EvaluateConfig, ExternalModelConf
                                     MODEL_NAMES, PredictConfig)
 from clickeval_spark.errors import ClickevalError
 from clickeval_spark.models import get_model
-from clickeval_spark.models.params_io import from_param_rows
+from clickeval_spark.models.fitted import FittedModel
 from clickeval_spark.models.sampling import sample_serps
 from clickeval_spark.models.predict import predict_clicks
 from clickeval_spark.models.priors import model_prior
-from clickeval_spark.models.spark_em import fit
+from clickeval_spark.em.driver import fit
 from clickeval_spark.context import StageContext
 from clickeval_spark.stages import STAGES
 from clickeval_spark.metrics.click_prediction import by_rank, log_likelihood_by_split
@@ -103,7 +103,7 @@ def test_every_model_samples_from_its_stored_parameters(spark, trec):
     params = read_table(spark, warehouse, "model_params")
     test = read_table(spark, warehouse, "serps").where("split = 'test'")
     for name in MODEL_NAMES:
-        fitted = from_param_rows(params, get_model(name), "trec-run", 10)
+        fitted = FittedModel.from_rows(params, get_model(name), "trec-run", 10)
         sampled = sample_serps(test, fitted, k=2, seed=5).cache()
         assert sampled.count() == 363 * 2
         assert sampled.where(F.size("clicks") != 10).count() == 0

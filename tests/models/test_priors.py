@@ -11,10 +11,12 @@ from clickeval_spark.config import load_config
 from clickeval_spark.errors import ConfigError
 from clickeval_spark.models import get_model
 from clickeval_spark.models.base import log_likelihood
-from clickeval_spark.models.params_io import from_param_rows, to_param_rows
+from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.models.params_io import to_param_rows
 from clickeval_spark.models.predict import predict_clicks
 from clickeval_spark.models.priors import model_prior
-from clickeval_spark.models.spark_em import fit, pack_serps
+from clickeval_spark.em.blocks import pack_serps
+from clickeval_spark.em.driver import fit
 from tests.models.numpy_em import fit_numpy, gather
 from tests.models.test_spark_em import SERPS_SCHEMA, Log
 
@@ -164,7 +166,7 @@ def test_prior_is_stored_with_the_parameters_and_read_back(spark):
     assert small["prior_strength_alpha"] == 5.0 and small["prior_strength_sigma"] == 2.0
     assert small["prior_strength_gamma"] == 2.0 and small["prior_gamma"] == 0.5
     assert small["prior_sigma"] == 0.5 and small["prior_alpha"] == fitted.prior["alpha"] != 0.5
-    back = from_param_rows(rows, model, "run-p", log.M)
+    back = FittedModel.from_rows(rows, model, "run-p", log.M)
     assert back.prior_spec["kind"] == "mixed"
     assert {f: (v["k"], v["m"]) for f, v in back.prior_spec["families"].items()} == \
         {f: (v["k"], v["m"]) for f, v in fitted.prior_spec["families"].items()}

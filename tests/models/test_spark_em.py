@@ -28,11 +28,12 @@ from clickeval_spark.metrics.click_prediction import by_rank
 from clickeval_spark.models.predict import predict_clicks, predict_models, relevance_models, relevance_scores
 from clickeval_spark.hashing import seeded_uniform
 from clickeval_spark.models.sampling import sample_models, sample_serps
-from clickeval_spark.models import attach, blocks, spark_em
+from clickeval_spark.models import attach
+from clickeval_spark.em import blocks, codec, driver
 from clickeval_spark.models.priors import model_prior
 from clickeval_spark.models.attach import attach_qd
 from clickeval_spark.models.fitted import FittedModel
-from clickeval_spark.models.spark_em import fit
+from clickeval_spark.em.driver import fit
 from tests.models.numpy_em import fit_numpy, gather, simulate, total_log_likelihood
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,9 +239,9 @@ def test_fit_on_repeated_serps_matches_numpy_oracle(spark, name):
     df = log.df(spark)
     tripled = df.unionByName(df.withColumn("serp_id", F.concat("serp_id", F.lit("b")))).unionByName(
         df.withColumn("serp_id", F.concat("serp_id", F.lit("c"))))
-    packed = spark_em.pack_serps(tripled, max_rank=M)
+    packed = blocks.pack_serps(tripled, max_rank=M)
     try:
-        weights = np.concatenate([blocks.decode_data(r["data"])[2] for r in packed.blocks.collect()])
+        weights = np.concatenate([codec.decode_data(r["data"])[2] for r in packed.blocks.collect()])
         assert weights.sum() == 1500 and len(weights) <= 500 and (weights % 3 == 0).all()
         prior = model_prior(model, M, "beta", 3.0)
         fitted = fit(packed, model, iterations=ITERATIONS, max_rank=M, prior=prior)
@@ -286,7 +287,7 @@ def test_a_fit_leaves_no_local_checkpoint_persisted(spark):
         return len(set(spark.sparkContext._jsc.getPersistentRDDs().keySet()) - before)
 
     log = Log(get_model("pbm"), n_serps=300, M=5, seed=3)
-    packed = spark_em.pack_serps(log.df(spark), max_rank=5)
+    packed = blocks.pack_serps(log.df(spark), max_rank=5)
     fitted = fit(packed, get_model("pbm"), iterations=9, tol=None, max_rank=5, checkpoint_interval=2, engine="stages")
     assert fitted.history[-1][0] == 9
     assert new_persisted() == 2   # the packed log and the qd table
@@ -299,7 +300,7 @@ def test_a_fit_leaves_no_local_checkpoint_persisted(spark):
 
 def test_one_packed_log_serves_several_models(spark):
     log = Log(get_model("pbm"), n_serps=300, M=5, seed=8)
-    packed = spark_em.pack_serps(log.df(spark), max_rank=5)
+    packed = blocks.pack_serps(log.df(spark), max_rank=5)
     try:
         for name in ("pbm", "dbn"):
             once = fit(log.df(spark), get_model(name), iterations=2, max_rank=5)
@@ -331,7 +332,7 @@ def test_groups_of_one_packed_log_fit_as_if_alone_and_score_the_held_out_perplex
     assert [(grp.n_serps, grp.n_held_out) for grp in packed.groups] == [(200, 60), (150, 60)]
     options = dict(iterations=3, select_on_held_out=False, ppl_eps=1e-6)
     try:
-        grouped = spark_em.fit_groups(packed, model, **options)
+        grouped = driver.fit_groups(packed, model, **options)
     finally:
         packed.unpersist()
 
@@ -340,9 +341,9 @@ def test_groups_of_one_packed_log_fit_as_if_alone_and_score_the_held_out_perplex
                 [h[1] for h in f.history])
 
     for g, log in enumerate(logs):
-        alone_packed = spark_em.pack_serps(log.df(spark), max_rank=M, held_out=probe)
+        alone_packed = blocks.pack_serps(log.df(spark), max_rank=M, held_out=probe)
         try:
-            [alone] = spark_em.fit_groups(alone_packed, model, **options)
+            [alone] = driver.fit_groups(alone_packed, model, **options)
         finally:
             alone_packed.unpersist()
         assert values(grouped[g]) == values(alone)
@@ -713,7 +714,7 @@ SCALE_SCRIPT = textwrap.dedent("""
     from pyspark.sql import functions as F
     from clickeval_spark.session import build_session
     from clickeval_spark.models import get_model
-    from clickeval_spark.models.spark_em import fit
+    from clickeval_spark.em.driver import fit
 
     N_SERPS, N_QUERIES, POOL, M = {n_serps}, {n_queries}, {pool}, 10
     spark = build_session("scale-test", master="local[2]", warehouse=sys.argv[1], embedded=True, conf={{
@@ -806,7 +807,8 @@ def test_fit_rejects_clicks_of_another_length(spark):
 
 
 def test_a_pass_plan_for_a_group_the_log_lacks_is_refused():
-    from clickeval_spark.models.blocks import PassPlan, _lanes
+    from clickeval_spark.em.passes import PassPlan
+    from clickeval_spark.em.sums import _lanes
     plans = [PassPlan("step", {}, None, group=g) for g in (0, 1, 0)]
     assert _lanes(plans, 2) == [[0, 2], [1]]
     with pytest.raises(ValueError, match=r"group\(s\) \[1\], but the packed log has groups 0..0"):
