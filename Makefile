@@ -31,11 +31,14 @@ $(STAMP): pyproject.toml
 run: setup
 	$(BIN)/clickeval run --conf $(CONF)
 
+# lint-imports: the layer contract in pyproject.toml ([tool.importlinter]), a second or two
 test: setup
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 # everything but the tests marked slow (whole pipelines, subprocess clients, the reliability baseline) or cluster
 test-fast: setup
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not slow and not cluster"
 
 clean:

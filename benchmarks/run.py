@@ -62,7 +62,7 @@ from clickeval_spark.metrics.evaluate import MetricOptions
 from clickeval_spark.stages import STAGES
 from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.models import get_model
-from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.fitted import FittedModel
 from clickeval_spark.runtime import session_for
 
 PYCLICK_DBN_SERPS_PER_S = 190.0

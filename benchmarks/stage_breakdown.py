@@ -24,10 +24,10 @@ from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.context import StageContext
 from clickeval_spark.metrics import click_prediction
 from clickeval_spark.metrics.evaluate import MetricOptions, statistic_replicates
-from clickeval_spark.models.attach import attach_qd, truncate_serps, wide_cols, wide_prior
-from clickeval_spark.models.fitted import load_fitted
-from clickeval_spark.models.params_io import wide_qd_rows
-from clickeval_spark.models.predict import predict_models
+from clickeval_spark.fitted.attach import attach_qd, truncate_serps, wide_cols, wide_prior
+from clickeval_spark.fitted.model import load_fitted
+from clickeval_spark.fitted.params_io import wide_qd_rows
+from clickeval_spark.fitted.predict import predict_models
 from clickeval_spark.runtime import session_for
 from clickeval_spark.stages import STAGES
 

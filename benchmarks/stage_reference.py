@@ -44,10 +44,10 @@ from pyspark.sql import functions as F
 from clickeval_spark.config import SPLITS, AppConfig
 from clickeval_spark.metrics.bootstrap import numpy_poisson_weights, percentile_interval
 from clickeval_spark.metrics.evaluate import MetricOptions
-from clickeval_spark.models.attach import list_array, padded
+from clickeval_spark.fitted.attach import list_array, padded
 from clickeval_spark.models.base import ClickModel
 from clickeval_spark.models import get_model
-from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.fitted import FittedModel
 from clickeval_spark.sources.synthetic import TRUTH_MODEL, load_truth
 
 TEXT_FIELDS = ("session_id", "query_id", "doc_ids", "vtypes", "clicks")

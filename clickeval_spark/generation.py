@@ -16,8 +16,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from clickeval_spark.config import CLICK_MODES, LIST_ORDERS
-from clickeval_spark.models.fitted import FittedModel
-from clickeval_spark.models.sampling import sample_models
+from clickeval_spark.fitted import FittedModel
+from clickeval_spark.fitted.sampling import sample_models
 from clickeval_spark.tables import GENERATED_SERP_FIELDS
 
 HALF = 5  # shuffled_halves: ranks 1-5 and 6-10 are permuted separately

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from clickeval_spark.context import StageContext
 from clickeval_spark.metrics.distributional import CROSS_FITTED, REAL_LOG
 from clickeval_spark.metrics.summary import HEADLINE
-from clickeval_spark.models.params_io import KIND_PREFIX, PRIOR_PREFIX, STRENGTH_PREFIX
+from clickeval_spark.fitted.params_io import KIND_PREFIX, PRIOR_PREFIX, STRENGTH_PREFIX
 from clickeval_spark.report_figures import coverage_figure, metric_row, ndcg_figure, ppl_by_rank_figure
 from clickeval_spark.sources.synthetic import TRUTH_MODEL
 

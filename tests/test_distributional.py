@@ -10,7 +10,7 @@ from clickeval_spark.config import (AppConfig, ExternalSequencesConfig, FitConfi
                                     SplitConfig, SurrogateConfig, SyntheticConfig)
 from clickeval_spark.generation import generate, reorder
 from clickeval_spark.models import get_model
-from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.fitted import FittedModel
 from clickeval_spark.context import StageContext
 from clickeval_spark.metrics.distributional import perplexity
 from clickeval_spark.models.priors import model_prior

@@ -10,9 +10,9 @@ from clickeval_spark.config import (AppConfig, EvaluateConfig, ExternalModelConf
                                     MODEL_NAMES, PredictConfig)
 from clickeval_spark.errors import ClickevalError
 from clickeval_spark.models import get_model
-from clickeval_spark.models.fitted import FittedModel
-from clickeval_spark.models.sampling import sample_serps
-from clickeval_spark.models.predict import predict_clicks
+from clickeval_spark.fitted import FittedModel
+from clickeval_spark.fitted.sampling import sample_serps
+from clickeval_spark.fitted.predict import predict_clicks
 from clickeval_spark.models.priors import model_prior
 from clickeval_spark.em.driver import fit
 from clickeval_spark.context import StageContext

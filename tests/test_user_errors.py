@@ -9,7 +9,7 @@ import pytest
 
 from clickeval_spark import tables
 from clickeval_spark.errors import ClickevalError
-from clickeval_spark.models.fitted import load_fitted
+from clickeval_spark.fitted.model import load_fitted
 from jobs import generate as generate_job
 from jobs import ingest as ingest_job
 from jobs import predict as predict_job

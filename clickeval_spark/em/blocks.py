@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.em.codec import decode_keys, group_of, pack_block
-from clickeval_spark.models.attach import truncate_serps
+from clickeval_spark.fitted.attach import truncate_serps
 from clickeval_spark.models.base import ClickModel
 
 #: SERPs per block: enough that a task's numpy work dwarfs its scheduling cost (a Python task costs ~0.1 s

@@ -17,7 +17,7 @@ from clickeval_spark.em.options import EMOptions
 from clickeval_spark.em.passes import PassPlan
 from clickeval_spark.em.step import cell_evidence, global_params, qd_prior_means
 from clickeval_spark.models.base import ClickModel
-from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.fitted import FittedModel
 from clickeval_spark.models.priors import ModelPrior, eb_strength, log_prior
 
 

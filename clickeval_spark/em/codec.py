@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from clickeval_spark.models.attach import list_lengths
+from clickeval_spark.fitted.attach import list_lengths
 
 _HEADER_WORDS = 4  # int64: B, M, n_pairs, n_train
 

@@ -24,7 +24,7 @@ from clickeval_spark.em.passes import EngineLost, Passes
 from clickeval_spark.em.resident import ResidentPasses, cluster_slots
 from clickeval_spark.em.stage_passes import StagePasses
 from clickeval_spark.models.base import INIT_VALUE, ClickModel
-from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.fitted import FittedModel
 from clickeval_spark.models.priors import DEFAULT_K, model_prior
 
 _log = logging.getLogger(__name__)

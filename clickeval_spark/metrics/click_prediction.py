@@ -20,7 +20,7 @@ from pyspark.sql import types as T
 
 from clickeval_spark import tables
 from clickeval_spark.metrics.bootstrap import fixed_np
-from clickeval_spark.models.attach import list_value_lengths, padded
+from clickeval_spark.fitted.attach import list_value_lengths, padded
 
 KEYS = ("model", "dataset", "split")
 

@@ -21,9 +21,9 @@ from pyspark.sql import functions as F
 
 from clickeval_spark.metrics.bootstrap import SCALE
 from clickeval_spark.metrics.click_prediction import log_terms
-from clickeval_spark.models.attach import (attach_models, batch_arrays, qd_array_col, truncate_serps, wide_cols,
+from clickeval_spark.fitted.attach import (attach_models, batch_arrays, qd_array_col, truncate_serps, wide_cols,
                                            wide_models)
-from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.fitted import FittedModel
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from clickeval_spark.config import AppConfig, IngestConfig, SyntheticConfig
 from clickeval_spark.errors import ClickevalError
 from clickeval_spark.hashing import seeded_uniform
 from clickeval_spark.models import get_model
-from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.fitted import FittedModel
 from clickeval_spark.sources.parsed import to_parsed, to_parsed_labels
 
 

@@ -13,8 +13,8 @@ from pyspark.sql import functions as F
 from clickeval_spark.context import StageContext
 from clickeval_spark.generation import generate
 from clickeval_spark.metrics import external
-from clickeval_spark.models.fitted import load_fitted
-from clickeval_spark.models.params_io import fitted_qd_rows
+from clickeval_spark.fitted.model import load_fitted
+from clickeval_spark.fitted.params_io import fitted_qd_rows
 
 
 def run(ctx: StageContext) -> dict[str, int]:

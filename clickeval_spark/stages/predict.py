@@ -13,10 +13,10 @@ from pyspark.sql import functions as F
 
 from clickeval_spark.context import StageContext
 from clickeval_spark.metrics.click_prediction import observe_log_likelihood
-from clickeval_spark.models.attach import wide_cols
-from clickeval_spark.models.fitted import load_fitted
-from clickeval_spark.models.params_io import fitted_qd_rows
-from clickeval_spark.models.predict import predict_models, relevance_models
+from clickeval_spark.fitted.attach import wide_cols
+from clickeval_spark.fitted.model import load_fitted
+from clickeval_spark.fitted.params_io import fitted_qd_rows
+from clickeval_spark.fitted.predict import predict_models, relevance_models
 from clickeval_spark.sources.synthetic import TRUTH_MODEL, has_truth, load_truth, truth_param_rows
 
 

@@ -22,8 +22,8 @@ from clickeval_spark.metrics.distributional import (A_ON_B, B_ON_A, CROSS_FITTED
                                                     coverage_row, perplexities)
 from clickeval_spark.em import EMOptions, fit_groups, pack_log
 from clickeval_spark.models import get_model
-from clickeval_spark.models.attach import truncate_serps
-from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.fitted.attach import truncate_serps
+from clickeval_spark.fitted import FittedModel
 
 log = logging.getLogger("clickeval")
 

@@ -11,9 +11,9 @@ from clickeval_spark.config import load_config
 from clickeval_spark.errors import ConfigError
 from clickeval_spark.models import get_model
 from clickeval_spark.models.base import log_likelihood
-from clickeval_spark.models.fitted import FittedModel
-from clickeval_spark.models.params_io import to_param_rows
-from clickeval_spark.models.predict import predict_clicks
+from clickeval_spark.fitted import FittedModel
+from clickeval_spark.fitted.params_io import to_param_rows
+from clickeval_spark.fitted.predict import predict_clicks
 from clickeval_spark.models.priors import model_prior
 from clickeval_spark.em.blocks import pack_serps
 from clickeval_spark.em.driver import fit

@@ -28,7 +28,7 @@ from clickeval_spark import ingestion
 from clickeval_spark.config import FitConfig, IngestConfig, PriorConfig
 from clickeval_spark.metrics.click_prediction import log_likelihood_by_split
 from clickeval_spark.models import get_model
-from clickeval_spark.models.predict import predict_models
+from clickeval_spark.fitted.predict import predict_models
 from clickeval_spark.models.priors import model_prior
 from clickeval_spark.em.blocks import pack_serps
 from clickeval_spark.em.driver import fit

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
-from clickeval_spark.models import attach, get_model
+from clickeval_spark.models import get_model
+from clickeval_spark.fitted import attach
 from clickeval_spark.em import blocks, driver, passes, resident
 from tests.models.test_spark_em import Log
 

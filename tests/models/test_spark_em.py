@@ -23,16 +23,16 @@ from pyspark.sql import types as T
 
 from clickeval_spark.models import MODELS, get_model
 from clickeval_spark.models.base import INIT_VALUE, sample_clicks
-from clickeval_spark.models.params_io import MODEL_PARAMS_SCHEMA, from_param_rows, to_param_rows, wide_qd_rows
+from clickeval_spark.fitted.params_io import MODEL_PARAMS_SCHEMA, from_param_rows, to_param_rows, wide_qd_rows
 from clickeval_spark.metrics.click_prediction import by_rank
-from clickeval_spark.models.predict import predict_clicks, predict_models, relevance_models, relevance_scores
+from clickeval_spark.fitted.predict import predict_clicks, predict_models, relevance_models, relevance_scores
 from clickeval_spark.hashing import seeded_uniform
-from clickeval_spark.models.sampling import sample_models, sample_serps
-from clickeval_spark.models import attach
+from clickeval_spark.fitted.sampling import sample_models, sample_serps
+from clickeval_spark.fitted import attach
 from clickeval_spark.em import blocks, codec, driver
 from clickeval_spark.models.priors import model_prior
-from clickeval_spark.models.attach import attach_qd
-from clickeval_spark.models.fitted import FittedModel
+from clickeval_spark.fitted.attach import attach_qd
+from clickeval_spark.fitted import FittedModel
 from clickeval_spark.em.driver import fit
 from tests.models.numpy_em import fit_numpy, gather, simulate, total_log_likelihood
 

@@ -19,11 +19,11 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from clickeval_spark.models.attach import (attach_models, batch_arrays, list_array, qd_array_col, shared_max_rank,
+from clickeval_spark.fitted.attach import (attach_models, batch_arrays, list_array, qd_array_col, shared_max_rank,
                                            truncate_serps, wide_cols, wide_models, wide_qd)
 
 if TYPE_CHECKING:  # FittedModel's methods call this module: the class is only a type here
-    from clickeval_spark.models.fitted import FittedModel
+    from clickeval_spark.fitted import FittedModel
 
 # one row per SERP; element i of each array is rank i + 1 (DESIGN §2 click_predictions)
 PREDICTION_SCHEMA = ("model string, dataset string, split string, serp_id string, clicks array<int>, "

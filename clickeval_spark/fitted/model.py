@@ -16,9 +16,9 @@ from pyspark.sql import functions as F
 from clickeval_spark.errors import ClickevalError
 from clickeval_spark.models import get_model
 from clickeval_spark.models.base import ClickModel
-from clickeval_spark.models.params_io import fields_from_rows, to_param_rows
-from clickeval_spark.models.predict import predict_clicks, relevance_scores
-from clickeval_spark.models.sampling import sample_serps
+from clickeval_spark.fitted.params_io import fields_from_rows, to_param_rows
+from clickeval_spark.fitted.predict import predict_clicks, relevance_scores
+from clickeval_spark.fitted.sampling import sample_serps
 
 
 @dataclass
@@ -30,8 +30,8 @@ class FittedModel:
              the training log). Empty of columns but the keys for models with no
              qd parameters.
     glob:    per-rank / global parameters, shapes ``model.global_shapes(max_rank)``.
-    prior:   qd parameter -> its family's prior mean m (see spark_em's module
-             docstring): the relevance of (query, doc) pairs unseen in training.
+    prior:   qd parameter -> its family's prior mean m (README, "Priors"): the relevance of
+             (query, doc) pairs unseen in training.
     prior_by_rank: qd parameter -> the value such a pair takes at each rank 1..max_rank when
              clicks are predicted or drawn (the rank's pooled mean; empty: ``prior`` at every rank).
     history: (iteration, mean per-SERP training LL, seconds); iteration 0 is the
@@ -62,7 +62,7 @@ class FittedModel:
         return [float(v) for v in self.prior_by_rank.get(p) or [self.prior[p]] * self.max_rank]
 
     def predict(self, serps: DataFrame) -> DataFrame:
-        """One row per evaluated position of `serps` with click, p_click_cond and p_click (models/predict.py)."""
+        """One row per evaluated position of `serps` with click, p_click_cond and p_click (fitted/predict.py)."""
         return predict_clicks(serps, self)
 
     def relevance(self, pairs: DataFrame | None = None) -> DataFrame:
@@ -70,11 +70,11 @@ class FittedModel:
         return relevance_scores(self, pairs)
 
     def sample(self, serps: DataFrame, *, k: int, seed: int, **options) -> DataFrame:
-        """`k` click sequences per SERP drawn from the model (models/sampling.py `sample_serps`)."""
+        """`k` click sequences per SERP drawn from the model (fitted/sampling.py `sample_serps`)."""
         return sample_serps(serps, self, k=k, seed=seed, **options)
 
     def to_rows(self, run_id: str) -> DataFrame:
-        """The model_params rows of this model for run `run_id` (models/params_io.py)."""
+        """The model_params rows of this model for run `run_id` (fitted/params_io.py)."""
         return to_param_rows(self, run_id)
 
     @classmethod

@@ -33,12 +33,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from clickeval_spark import tables
-from clickeval_spark.models.attach import wide_col
+from clickeval_spark.fitted.attach import wide_col
 from clickeval_spark.models.base import ClickModel
 from clickeval_spark.models.priors import is_per_rank
 
 if TYPE_CHECKING:  # FittedModel's to_rows / from_rows call this module: the class is only a type here
-    from clickeval_spark.models.fitted import FittedModel
+    from clickeval_spark.fitted import FittedModel
 
 # the table's own schema (clickeval_spark/tables/schemas.py), as a DDL string
 MODEL_PARAMS_SCHEMA = tables.MODEL_PARAMS.simpleString()

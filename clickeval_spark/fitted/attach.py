@@ -27,7 +27,7 @@ from pyspark.sql.window import Window
 from clickeval_spark.models.base import INIT_VALUE
 
 if TYPE_CHECKING:  # FittedModel calls predict and sampling, which import this module: only a type here
-    from clickeval_spark.models.fitted import FittedModel
+    from clickeval_spark.fitted import FittedModel
 
 
 def truncate_serps(serps: DataFrame, max_rank: int, keep: Sequence[str] = (),

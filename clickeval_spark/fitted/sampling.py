@@ -23,12 +23,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.hashing import seeded_uniform
-from clickeval_spark.models.attach import (attach_models, batch_arrays, list_array, padded, shared_max_rank,
+from clickeval_spark.fitted.attach import (attach_models, batch_arrays, list_array, padded, shared_max_rank,
                                            truncate_serps, wide_cols, wide_models)
 from clickeval_spark.models.base import sample_clicks
 
 if TYPE_CHECKING:  # FittedModel's methods call this module: the class is only a type here
-    from clickeval_spark.models.fitted import FittedModel
+    from clickeval_spark.fitted import FittedModel
 
 _LIST_COLS = ("doc_ids", "vtypes", "clicks")
 
