@@ -106,6 +106,12 @@ class StageContext:
         return self.read("serps").where(
             (F.col("dataset") == self.dataset) & F.col("split").isin(*splits) & tables.in_window(self.cfg.window))
 
+    def dataset_days(self, table: str, log_dates: Sequence[date | None]) -> DataFrame:
+        """The dataset's rows of `table` (serps, relevance_labels) on `log_dates` (None: the undated rows):
+        e.g. the slices an ingest just wrote."""
+        return self.read(table).where(
+            (F.col("dataset") == self.dataset) & F.expr(tables.log_date_predicate(log_dates)))
+
     def labels(self) -> DataFrame | None:
         """The dataset's relevance labels (None: none ingested); with a window, the dated ones of its
         days and every undated one."""

@@ -74,10 +74,8 @@ def _write_ingest(ctx: StageContext, out: ingestion.IngestOutput) -> dict[str, i
         counts["labels_quarantined"] = quarantined["relevance_labels"]
         counts["label_rows"], counts["label_rows_without_serp"] = labels_seen.get["rows"], labels_seen.get["without_serp"]
         # the labels' days as written (they may reach beyond this input's SERP days), against the SERPs written
-        labels_written = ctx.read("relevance_labels").where(
-            (F.col("dataset") == dataset) & F.expr(tables.log_date_predicate(out.label_log_dates)))
-        pairs_written = (ctx.read("serps")
-                         .where((F.col("dataset") == dataset) & F.expr(tables.log_date_predicate(out.log_dates)))
+        labels_written = ctx.dataset_days("relevance_labels", out.label_log_dates)
+        pairs_written = (ctx.dataset_days("serps", out.log_dates)
                          .select("query_id", F.explode("doc_ids").alias("doc_id")).distinct())
         counts["label_pairs_not_in_serps"] = labels_written.join(pairs_written, on=["query_id", "doc_id"],
                                                                  how="left_anti").count()
