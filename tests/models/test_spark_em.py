@@ -23,7 +23,7 @@ from pyspark.sql import types as T
 
 from clickeval_spark.models import MODELS, get_model
 from clickeval_spark.models.base import INIT_VALUE, sample_clicks
-from clickeval_spark.fitted.params_io import MODEL_PARAMS_SCHEMA, from_param_rows, to_param_rows, wide_qd_rows
+from clickeval_spark.fitted.params_io import MODEL_PARAMS_SCHEMA, to_param_rows, wide_qd_rows
 from clickeval_spark.metrics.click_prediction import by_rank
 from clickeval_spark.fitted.predict import predict_clicks, predict_models, relevance_models, relevance_scores
 from clickeval_spark.hashing import seeded_uniform
@@ -687,7 +687,7 @@ def test_param_rows_round_trip(spark, warehouse):
 
     for name in names:
         log, fitted, _, _ = fits[name]
-        back = from_param_rows(stored, get_model(name), "run-1", M)
+        back = FittedModel.from_rows(stored, get_model(name), "run-1", M)
         assert back.prior == fitted.prior and back.max_rank == M
         assert all(back.unseen_at_ranks(p) == fitted.unseen_at_ranks(p) for p in fitted.prior)
         assert sorted(back.glob) == sorted(fitted.glob)
@@ -700,7 +700,7 @@ def test_param_rows_round_trip(spark, warehouse):
     assert_df_equality(back.predict(log.df(spark)), fitted.predict(log.df(spark)),
                        ignore_nullable=True, ignore_row_order=True)
     with pytest.raises(ValueError, match="lack values"):
-        from_param_rows(stored, get_model("ubm"), "run-1", M + 1)
+        FittedModel.from_rows(stored, get_model("ubm"), "run-1", M + 1)
     stored.unpersist()
 
 
