@@ -1,5 +1,8 @@
+import contextlib
 import fcntl
 from collections import Counter
+from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 
@@ -10,14 +13,26 @@ from tests.spark_settings import INTERPRETED
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     warehouse = tmp_path_factory.mktemp("warehouse")
-    # `make test` runs two pytest-xdist workers, each with its own session. Their JVMs start one at a time,
-    # so only the first resolves Delta's jars through Ivy (and downloads them on a cold cache); the second
-    # finds them cached. The lock file sits in the run's shared temp root (the workers' basetemps' parent).
+    # `make test` runs two pytest-xdist workers, each with its own session. On a cold Ivy cache their JVMs
+    # start one at a time, so only the first downloads Delta's jars; the second finds them cached. With the
+    # jars cached they start together: Spark resolves each launch under its own module id (SPARK-10878).
+    # The lock file sits in the run's shared temp root (the workers' basetemps' parent).
     with open(tmp_path_factory.getbasetemp().parent / "spark-session.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        session = _test_session(warehouse)
+        with contextlib.nullcontext() if _delta_jars_cached() else _locked(lock):
+            session = _test_session(warehouse)
     yield session
     session.stop()
+
+
+@contextlib.contextmanager
+def _locked(lock):
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    yield
+
+
+def _delta_jars_cached() -> bool:
+    """Delta's jars of this delta-spark version in Ivy's cache (spark.jars.ivy's default, ~/.ivy2.5.2)."""
+    return any((Path.home() / ".ivy2.5.2" / "jars").glob(f"io.delta_delta-spark_*-{version('delta-spark')}.jar"))
 
 
 def _test_session(warehouse):
@@ -70,9 +85,41 @@ def _scope(nodeid: str) -> str:
     return "reliability-baseline" if path in _BASELINE_FILES else path
 
 
+# Exhaustive parametrizations: `make test-fast` runs the first case of each (every rule still has a case),
+# `make test` all of them.
+_FIRST_CASE_IN_FAST = frozenset({
+    "tests/test_sql_readonly.py::test_statements_that_are_not_queries_are_refused",
+    "tests/test_sql_readonly.py::test_java_reflection_is_refused",
+    "tests/test_sql_readonly.py::test_functions_that_are_not_spark_built_ins_are_refused",
+    "tests/test_sql_readonly.py::test_queries_and_read_only_commands_run",
+    "tests/metrics/test_external.py::test_each_violation_names_rule_path_and_rows",
+    "tests/metrics/test_external.py::test_per_serp_predictions_are_held_to_the_same_rules",
+    "tests/metrics/test_external.py::test_scores_rules",
+    # per model; test_models_predicted_together_match_each_kernel checks every kernel at once
+    "tests/models/test_spark_em.py::test_predict_matches_kernel",
+    "tests/models/test_spark_em.py::test_sampled_click_rates_match_click_probs",
+    "tests/metrics/test_ndcg.py::test_two_models_with_unscored_and_unjudged_docs_equal_a_brute_force_oracle",
+    "tests/models/test_priors.py::test_dctr_estimators_by_hand",
+})
+
+
+@pytest.hookimpl(tryfirst=True)   # before -m deselects: the marks below count
 def pytest_collection_modifyitems(config, items):
-    """The long scopes first, in _LONG_SCOPES order, then the rest by number of tests (xdist's own order).
-    A stable sort: each file's tests keep their order and stay together."""
+    """Later cases of _FIRST_CASE_IN_FAST marked slow."""
+    seen = set()
+    for item in items:
+        test = item.nodeid.split("[", 1)[0]
+        if test in _FIRST_CASE_IN_FAST:
+            if test in seen:
+                item.add_marker(pytest.mark.slow)
+            seen.add(test)
+
+
+@pytest.hookimpl(tryfirst=True)   # after -m deselected, before an xdist worker reports its collection
+def pytest_collection_finish(session):
+    """The long scopes first, in _LONG_SCOPES order, then the rest by number of selected tests (xdist's own
+    order). A stable sort: each file's tests keep their order and stay together."""
+    items = session.items
     scopes = {item.nodeid: _scope(item.nodeid) for item in items}
     sizes = Counter(scopes.values())
     rank = {scope: i for i, scope in enumerate(_LONG_SCOPES)}

@@ -46,6 +46,7 @@ def _catalog_tables(spark, database: str) -> dict[str, str]:
             for n in names}
 
 
+@pytest.mark.slow
 def test_tables_register_as_external_delta_tables_with_the_view(spark, tmp_path):
     warehouse = str(tmp_path / "wh")
     _fill(spark, warehouse)
@@ -92,6 +93,7 @@ def test_tables_register_as_external_delta_tables_with_the_view(spark, tmp_path)
     assert tables.read_table(spark, warehouse, "metrics").count() == 3
 
 
+@pytest.mark.slow
 def test_a_stage_registers_what_it_wrote_and_sql_resolves_through_the_catalog(spark, tmp_path, capsys):
     warehouse = str(tmp_path / "wh")
     log = tmp_path / "train.txt"

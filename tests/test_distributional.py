@@ -62,6 +62,7 @@ def simulated(spark, tmp_path_factory):
                                  else r["list_order"]): r for r in rows}
 
 
+@pytest.mark.slow
 def test_true_generator_reverse_ppl_matches_the_real_log(simulated):
     _, written, rows = simulated
     real = rows[("real_log", "observed")]
@@ -73,6 +74,7 @@ def test_true_generator_reverse_ppl_matches_the_real_log(simulated):
     assert len(true_ubm["reverse_ppl_at"]) == 10
 
 
+@pytest.mark.slow
 def test_degenerate_generators_score_clearly_worse(simulated):
     _, _, rows = simulated
     good = rows[("ubm", "original")]["reverse_ppl"]
@@ -81,6 +83,7 @@ def test_degenerate_generators_score_clearly_worse(simulated):
     assert good * 1.1 < coin and good * 1.1 < never
 
 
+@pytest.mark.slow
 def test_shuffled_lists_keep_the_documents(spark, simulated):
     warehouse, _, _ = simulated
     syn = tables.read_table(spark, warehouse, "synthetic_serps").where(f"run_id = '{RUN}' AND generator_model = 'ubm'")
@@ -94,6 +97,7 @@ def test_shuffled_lists_keep_the_documents(spark, simulated):
     assert halves.where(F.array_sort(F.slice("doc_ids", 1, 5)) != F.array_sort(F.slice("real_docs", 1, 5))).count() == 0
 
 
+@pytest.mark.slow
 def test_same_seed_same_rows_on_1_and_8_partitions(spark, simulated):
     warehouse, _, _ = simulated
     params = tables.read_table(spark, warehouse, "model_params")
@@ -126,6 +130,7 @@ def test_perplexity_from_sums_skips_unreached_ranks_and_keeps_a_nan_sum_visible(
     assert math.isnan(broken.total) and broken.at_rank[0] == math.exp(0.5)
 
 
+@pytest.mark.slow
 def test_real_halves_partition_the_real_serps_by_session(spark, simulated):
     """Every real SERP in exactly one half, a session's SERPs in the same one; in the packed log the half-a fit
     trains on half a and holds out exactly half b (and the reverse), while group 0 trains on all of them."""
@@ -159,6 +164,7 @@ def test_real_halves_partition_the_real_serps_by_session(spark, simulated):
     assert serps(3, False) == half_b and serps(3, True) == half_a
 
 
+@pytest.mark.slow
 def test_real_log_reference_is_out_of_sample(spark, simulated):
     _, _, rows = simulated
     inside, a_on_b, b_on_a, cross = (rows[("real_log", m)] for m in
@@ -180,6 +186,7 @@ def test_real_log_reference_is_out_of_sample(spark, simulated):
     assert min(a_on_b["reverse_ppl"], b_on_a["reverse_ppl"]) > inside["reverse_ppl"]
 
 
+@pytest.mark.slow
 def test_half_fit_in_the_packed_log_is_the_fit_of_that_half_alone(spark, simulated):
     """The a->b number equals a surrogate fitted on half a by itself (driver.fit, same prior and passes)
     and scored on half b with `perplexity`: the groups are wired to the right halves."""

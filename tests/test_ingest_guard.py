@@ -54,6 +54,7 @@ def conf(tmp_path, warehouse) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_binary_file_fails_before_any_write_and_keeps_the_dataset(spark, warehouse, tmp_path, conf, capsys):
     good = _write(tmp_path / "good.txt", "\n".join(GOOD) + "\n")
     labels = _write(tmp_path / "labels.txt", LABELS)
@@ -77,6 +78,7 @@ def test_binary_file_fails_before_any_write_and_keeps_the_dataset(spark, warehou
     assert (failed["counts"]["serps_read"], failed["counts"]["serps_quarantined"]) == (16, 16)
 
 
+@pytest.mark.slow
 def test_mostly_quarantined_input_fails_naming_counts_and_rules(spark, warehouse, tmp_path, conf, capsys):
     lines = (GOOD + [f"garbage line {i}" for i in range(4)]  # unparseable: one field
              + [f"c{i}\tq1\t[1, 2]\t[0, 0]\t[0, 2]" for i in range(3)]  # click_not_binary
@@ -100,6 +102,7 @@ def test_mostly_quarantined_input_fails_naming_counts_and_rules(spark, warehouse
     assert (counts["serps_accepted"], counts["serps_quarantined"]) == (6, 10)
 
 
+@pytest.mark.slow
 def test_broken_label_file_is_refused_too(spark, warehouse, tmp_path, conf, capsys):
     good = _write(tmp_path / "good.txt", "\n".join(GOOD) + "\n")
     labels = _write(tmp_path / "labels.txt", "not a label\nnor this\n")

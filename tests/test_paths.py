@@ -114,6 +114,7 @@ def test_missing_input_fails_before_the_spark_session(tmp_path):
     print(f"missing input reported after {seconds:.1f} s")
 
 
+@pytest.mark.slow
 def test_jobs_read_and_write_relative_to_the_working_directory(spark, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "logs").mkdir()

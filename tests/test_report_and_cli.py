@@ -56,6 +56,7 @@ def filled(spark, tmp_path_factory):
     return root, warehouse, str(conf)
 
 
+@pytest.mark.slow
 def test_report_is_self_contained_with_every_figure(spark, filled):
     root, warehouse, _ = filled
     cfg = AppConfig(ingest=IngestConfig(dataset="d"), fit=FitConfig(models=("rctr", "pbm", "dbn")),
@@ -73,6 +74,7 @@ def test_report_is_self_contained_with_every_figure(spark, filled):
     assert "original/cross_fitted" in page and "out of sample" in page
 
 
+@pytest.mark.slow
 def test_coverage_chart_draws_the_out_of_sample_reference(spark, filled):
     _, warehouse, _ = filled
     dist = [r.asDict() for r in tables.read_table(spark, warehouse, "distributional_metrics").collect()]

@@ -190,6 +190,7 @@ def test_a_syntax_error_is_one_line(spark, filled, capsys):
     assert rc == 2 and len(err) == 1 and err[0].startswith("clickeval sql: error: query failed: [PARSE_SYNTAX_ERROR]")
 
 
+@pytest.mark.slow
 def test_allow_writes_runs_a_delete(spark, tmp_path, capsys):
     warehouse, conf = _fill(spark, tmp_path)
     version, rows = _state(spark, warehouse)

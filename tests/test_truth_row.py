@@ -66,6 +66,7 @@ def _numpy_truth(spark, warehouse, cfg):
     return {"LL": ln.mean(), "PPL": ppl_at.mean(), "PPL_at": ppl_at, "n": len(test)}
 
 
+@pytest.mark.slow
 def test_truth_row_equals_a_numpy_computation_from_the_true_parameters(spark, simulated):
     warehouse, cfg, rows = simulated
     expected = _numpy_truth(spark, warehouse, cfg)
@@ -82,6 +83,7 @@ def test_truth_row_equals_a_numpy_computation_from_the_true_parameters(spark, si
             == {(r["metric"], r["cutoff"]) for r in rows if r["model"] == "pbm"})
 
 
+@pytest.mark.slow
 def test_truth_ranks_by_the_relevance_the_labels_were_graded_from(simulated):
     """The simulated grades are floor(5 * alpha), the truth's relevance is alpha: its ranking is ideal."""
     _, cfg, rows = simulated
@@ -91,6 +93,7 @@ def test_truth_ranks_by_the_relevance_the_labels_were_graded_from(simulated):
     assert _metric(rows, "pbm", "NDCG", 10)["value"] < 1.0
 
 
+@pytest.mark.slow
 def test_truth_is_in_the_tables_and_the_printed_table(spark, simulated):
     warehouse, cfg, rows = simulated
     preds = tables.read_table(spark, warehouse, "click_predictions").where(F.col("run_id") == RUN)
@@ -108,6 +111,7 @@ def test_truth_is_in_the_tables_and_the_printed_table(spark, simulated):
     assert {r["model"] for r in params.select("model").distinct().collect()} == {"rctr", "pbm"}
 
 
+@pytest.mark.slow
 def test_a_real_dataset_gets_no_truth_row(spark, simulated, tmp_path):
     """The same SERPs ingested as canonical Parquet are a real log: nothing named truth anywhere."""
     warehouse, _, _ = simulated
@@ -126,6 +130,7 @@ def test_a_real_dataset_gets_no_truth_row(spark, simulated, tmp_path):
         assert models == {"rctr"}, name
 
 
+@pytest.mark.slow
 def test_truth_is_skipped_with_a_reason_when_it_cannot_cover_the_ranks(spark, simulated):
     warehouse, cfg, _ = simulated
     params = tables.read_table(spark, warehouse, "model_params")
@@ -143,6 +148,7 @@ def test_truth_is_skipped_with_a_reason_when_it_cannot_cover_the_ranks(spark, si
                                                                       paths={"all": "x"})))[0] is None
 
 
+@pytest.mark.slow
 def test_an_external_model_named_truth_on_a_simulated_log_is_refused():
     cfg = _config()
     cfg = AppConfig(ingest=cfg.ingest, fit=cfg.fit, predict=cfg.predict,
@@ -151,6 +157,7 @@ def test_an_external_model_named_truth_on_a_simulated_log_is_refused():
         synthetic.has_truth(cfg)
 
 
+@pytest.mark.slow
 def test_truth_can_be_the_reference_of_the_paired_differences(spark, simulated):
     warehouse, cfg, rows = simulated
     against = AppConfig(ingest=cfg.ingest, fit=cfg.fit, predict=cfg.predict,

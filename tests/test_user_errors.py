@@ -19,6 +19,7 @@ def _one_line(capsys) -> list[str]:
     return capsys.readouterr().err.strip().splitlines()
 
 
+@pytest.mark.slow
 def test_stages_before_their_inputs_exist(spark, tmp_path, warehouse, capsys):
     conf = tmp_path / "c.yaml"
     log = tmp_path / "test.txt"

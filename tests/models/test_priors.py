@@ -69,6 +69,7 @@ def _split(spark, log, held):
     return spark.createDataFrame(train, SERPS_SCHEMA), spark.createDataFrame(valid, SERPS_SCHEMA)
 
 
+@pytest.mark.slow
 def test_auto_strength_is_the_best_valid_ll_of_independent_fits(spark):
     model = get_model("pbm")
     log = _sparse_log(model)
@@ -205,6 +206,7 @@ def test_prior_config(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["pbm", "ubm"])
+@pytest.mark.slow
 def test_pooled_means_are_fixed_after_the_warmup_and_em_then_converges(spark, name):
     """m follows the pooled estimate for `prior_warmup` passes, then stays: every fitted number equals
     the numpy oracle with the same freeze, the log posterior never decreases from the freeze on (EM

@@ -20,6 +20,9 @@ import pytest
 from clickeval_spark.models import get_model
 from tests.models.numpy_em import fit_numpy, gather, simulate
 
+# parameter recovery on simulated logs: statistical, whole fits per model
+pytestmark = pytest.mark.slow
+
 B, M, Q, D = 150_000, 10, 100, 10
 MIN_IMPRESSIONS = 200
 QD_TOL = 0.05      # mean |fitted - true| over pairs with >= MIN_IMPRESSIONS

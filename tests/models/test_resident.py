@@ -35,6 +35,7 @@ def _grouped_log(spark, model, M):
 
 
 @pytest.mark.parametrize("name", ["ubm", "dbn"])
+@pytest.mark.slow
 def test_resident_fit_is_bit_identical_to_the_stage_engine(spark, name, caplog):
     """k: auto (a candidate per grid strength, picked on held-out SERPs), tol, pooled priors: every value of the
     fit, the history's LLs and the chosen strength equal the stage engine's bit for bit."""
@@ -54,6 +55,7 @@ def test_resident_fit_is_bit_identical_to_the_stage_engine(spark, name, caplog):
     assert _values(res) == _values(stages)
 
 
+@pytest.mark.slow
 def test_resident_groups_fit_bit_identical_with_held_out_perplexity(spark):
     """Several logs in one pack, held-out SERPs only scored, the final pass's perplexity terms (the surrogate
     stage's call): each group's fit equals the stage engine's."""
@@ -70,6 +72,7 @@ def test_resident_groups_fit_bit_identical_with_held_out_perplexity(spark):
 
 
 @pytest.mark.parametrize("loss", ["job cancelled", "connection broken"])
+@pytest.mark.slow
 def test_a_lost_resident_stage_fits_again_with_stages(spark, monkeypatch, caplog, loss):
     """After three passes the barrier job is cancelled (as a lost executor ends it), or a task's connection
     breaks: the driver notices, cancels what is left and the fit starts again with one Spark job per pass,
@@ -101,6 +104,7 @@ def test_a_lost_resident_stage_fits_again_with_stages(spark, monkeypatch, caplog
     assert _values(got) == _values(expected)
 
 
+@pytest.mark.slow
 def test_the_driver_ignores_a_connection_without_the_token(spark, monkeypatch):
     """A stranger connecting to the driver's port while the tasks join is dropped; the fit goes on."""
     model, M = get_model("pbm"), 4

@@ -119,10 +119,14 @@ def qd_frame(spark, log, params, values, counts, pairs):
 ITERATIONS = 3
 
 
+#: pbm, ubm and dbn meet the same oracle through every engine and block step in tests/em (the fast suite's)
+CONTRACT_MODELS = ("pbm", "ubm", "dbn")
 #: the default estimator (beta, pooled mean, a fixed strength) for every model; the plain MLE
 #: and PyClick's +1/+2 for a spread of model shapes (per-rank, 2-D per-rank, scalar, counting)
-ORACLE_CASES = ([(name, "beta") for name in sorted(MODELS)]
-                + [(name, kind) for kind in ("none", "pyclick") for name in ("dctr", "pbm", "ubm", "ccm", "dbn", "sdbn")])
+ORACLE_CASES = ([(name, "beta") if name not in CONTRACT_MODELS else pytest.param(name, "beta", marks=pytest.mark.slow)
+                 for name in sorted(MODELS)]
+                + [pytest.param(name, kind, marks=pytest.mark.slow)
+                   for kind in ("none", "pyclick") for name in ("dctr", "pbm", "ubm", "ccm", "dbn", "sdbn")])
 
 
 @pytest.mark.parametrize("name,kind", ORACLE_CASES)
@@ -198,6 +202,7 @@ def test_arrow_batches_to_padded_arrays_and_back():
         attach.batch_arrays(bad, 4, [])
 
 
+@pytest.mark.slow
 def test_attach_qd_routes_agree(spark):
     df = spark.createDataFrame([
         ("s1", "q1", ["a", "b", "c"]), ("s2", "q1", ["c", "z", "a"]), ("s3", "q2", ["a", "b"]),
@@ -259,6 +264,7 @@ def test_fit_on_repeated_serps_matches_numpy_oracle(spark, name):
     np.testing.assert_allclose([h[1] * 1500 for h in fitted.history[1:]], hist_np, rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_fit_bit_identical_on_any_partitioning(spark):
     """Same SERPs, 1 vs 7 input partitions and 2 vs 8 shuffle partitions: equal to the last bit."""
     model = get_model("ubm")
@@ -277,6 +283,7 @@ def test_fit_bit_identical_on_any_partitioning(spark):
     assert results[0] == results[1]
 
 
+@pytest.mark.slow
 def test_a_fit_leaves_no_local_checkpoint_persisted(spark):
     """The stage engine cuts its lineage with a local checkpoint every checkpoint_interval passes; each one is freed once the
     next pass is cached. Before the fix every checkpoint stayed persisted until the session ended (one copy of
@@ -312,6 +319,7 @@ def test_one_packed_log_serves_several_models(spark):
         packed.unpersist()
 
 
+@pytest.mark.slow
 def test_groups_of_one_packed_log_fit_as_if_alone_and_score_the_held_out_perplexity(spark):
     """Two logs packed side by side (`blocks.pack_log` groups), each with the same probe SERPs held out beside
     it, fitted in shared passes (the surrogate stage's route): each group's fit is bit-identical to its log
@@ -361,6 +369,7 @@ def test_groups_of_one_packed_log_fit_as_if_alone_and_score_the_held_out_perplex
     assert values(grouped[0])[1] != values(grouped[1])[1]
 
 
+@pytest.mark.slow
 def test_predict_and_sampling_same_on_both_routes(spark, monkeypatch):
     model = get_model("dbn")
     log = Log(model, n_serps=80, M=5, seed=21, n_queries=4, pool=8)
@@ -535,6 +544,7 @@ def sorted_rows(df):
     return df.orderBy("serp_id", "sample_idx")
 
 
+@pytest.mark.slow
 def test_sampling_same_rows_on_any_partitioning(spark):
     model = get_model("dbn")
     log = Log(model, n_serps=150, M=6, seed=8, n_queries=5, pool=9)
@@ -638,6 +648,7 @@ def test_sampling_deterministic(spark):
 # model_params round trip
 # ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_param_rows_round_trip(spark, warehouse):
     names = ["ubm", "ccm", "dbn", "gctr"]
     M = 5

@@ -13,6 +13,7 @@ import json
 import re
 from collections import Counter, defaultdict
 
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
@@ -20,6 +21,8 @@ from pyspark.sql import functions as F
 from clickeval_spark.config import IngestConfig
 from clickeval_spark.validation import LABEL_RULES, SERP_RULES
 from tests.sources.helpers import run, write
+
+pytestmark = pytest.mark.slow
 
 N_LINES = 200
 MAX_RANK = 10

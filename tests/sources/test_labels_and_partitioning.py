@@ -1,6 +1,7 @@
 """Label rules, and ingest results that must not depend on how the input is split into partitions."""
 
 
+import pytest
 from clickeval_spark.config import IngestConfig
 from clickeval_spark.validation import LABEL_RULES
 from tests.sources.helpers import rules, run, write
@@ -55,6 +56,7 @@ def test_null_doc_id_is_quarantined(spark, tmp_path):
     assert rules(out) == [("1", "missing_id")] and out.serps.count() == 1
 
 
+@pytest.mark.slow
 def test_ingest_is_the_same_for_1_and_many_input_partitions(spark, tmp_path):
     lines = []
     for s in range(60):

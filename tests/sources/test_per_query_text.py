@@ -55,6 +55,7 @@ def test_wrong_layout_for_declared_variant_is_quarantined_with_line(spark, tmp_p
     assert reason == "expected 5 (graphcm) tab-separated fields, got 7"
 
 
+@pytest.mark.slow
 def test_label_files_in_both_layouts(spark, tmp_path):
     graphcm = write(tmp_path / "g.txt", "9\t12\t[1, 2]\t[0, 0]\t[0, 0]\t[3, -2]\n")
     aicm = write(tmp_path / "a.txt", "9\t12\t0\t0\t[1, 2]\t[0, 0]\t[0, 0]\t[3, -2]\n")

@@ -1,3 +1,4 @@
+import pytest
 import numpy as np
 from pyspark.sql import functions as F
 
@@ -10,6 +11,7 @@ def _cfg(**kw):
                         synthetic=SyntheticConfig(n_serps=3000, n_queries=50, seed=11, **kw))
 
 
+@pytest.mark.slow
 def test_same_log_for_any_partitioning_and_the_truth_comes_with_it(spark):
     cfg = _cfg(model="pbm")
     spark.conf.set("spark.sql.shuffle.partitions", "1")

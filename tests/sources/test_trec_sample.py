@@ -13,6 +13,7 @@ from clickeval_spark.config import AppConfig
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "trec-session-2014-demo"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not DATA.exists(), reason="../shared/data is not beside the checkout")
 def test_trec_sample_counts_and_sql(spark, warehouse):
     cfg = AppConfig(ingest=IngestConfig(
