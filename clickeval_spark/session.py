@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from typing import Mapping
@@ -19,6 +20,23 @@ DELTA_CONF = {
 # thresholds x3 keep a fresh JVM from compiling thousands of methods that run a few times (the measured
 # `make run` times: benchmarks/RESULTS.md). A config with its own `spark.driver.extraJavaOptions` keeps them.
 EMBEDDED_JVM_OPTIONS = "-XX:+UseParallelGC -XX:CompileThresholdScaling=3"
+
+# Spark's own default for a cluster; local mode ignores spark.task.maxFailures and gives a task one attempt
+DEFAULT_TASK_MAX_FAILURES = 4
+_LOCAL_MASTER = re.compile(r"local(?:\[(\*|\d+)\])?")
+
+
+def with_task_retries(master: str | None, conf: Mapping[str, str]) -> str | None:
+    """A local master with task retries: ``local[N]`` becomes ``local[N,F]``, F being the conf's
+    `spark.task.maxFailures` (Spark's cluster default, 4, when unset), so one lost Python worker costs a
+    retried task, not the job. A master that names its own failures (``local[N,F]``), or is not local, stays."""
+    match = _LOCAL_MASTER.fullmatch(master or "")
+    if not match:
+        return master
+    failures = int(conf.get("spark.task.maxFailures", DEFAULT_TASK_MAX_FAILURES))
+    if failures < 1:
+        raise ValueError(f"spark.task.maxFailures must be >= 1, got {failures}")
+    return f"local[{match.group(1) or 1},{failures}]"
 
 
 def build_session(
@@ -40,6 +58,7 @@ def build_session(
     JVM runs with EMBEDDED_JVM_OPTIONS unless the conf names its own driver options.
     embedded=False is spark-submit on a cluster: master and jars come from the
     submit command (`--master`, `--packages`), so nothing here overrides them.
+    A local master gets task retries (`with_task_retries`).
     checkpoint_dir: the SparkContext's checkpoint directory (reliable checkpoints of
     EM's blocks, `clickeval_spark.em.blocks.checkpointed`); None: local checkpoints.
     log_file: embedded only; the JVM this call starts writes its stdout and stderr there (Spark's
@@ -47,6 +66,7 @@ def build_session(
     so the terminal shows the project's lines alone. None: they go to this process's stderr.
     """
     builder = SparkSession.builder.appName(app_name)
+    master = with_task_retries(master, conf or {})
     if master:
         builder = builder.master(master)
     settings = {
