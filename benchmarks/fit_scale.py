@@ -26,11 +26,18 @@ import json
 import logging
 from pathlib import Path
 
+import yaml
+
 from benchmarks.run import PeakRss, distinct_rows, timed
 from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.context import StageContext
 from clickeval_spark.runtime import session_for
 from clickeval_spark.stages import STAGES
+
+
+def cluster_engine() -> str:
+    """conf/cluster.yaml's fit.engine (read as YAML: its locations are buckets this machine cannot reach)."""
+    return yaml.safe_load((PROJECT_ROOT / "conf" / "cluster.yaml").read_text())["fit"]["engine"]
 
 
 def main(argv=None) -> int:
@@ -42,6 +49,8 @@ def main(argv=None) -> int:
     ap.add_argument("--conf", default=str(PROJECT_ROOT / "conf" / "bench.yaml"))
     ap.add_argument("--workdir", default="/tmp/clickeval-fit-scale")
     ap.add_argument("--skip-ingest", action="store_true", help="fit the log an earlier run left in --workdir")
+    ap.add_argument("--engine", default=cluster_engine(),
+                    help="fit.engine (default: conf/cluster.yaml's, the engine a cluster runs)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")   # the fit's per-pass lines
     n = args.train_serps * 11 // 10
@@ -51,7 +60,7 @@ def main(argv=None) -> int:
         "ingest.split.ratios": {"train": 10, "valid": 1, "test": 0},
         "fit.models": [args.model], "generate.generators": [args.model],
         "fit.iterations": args.iterations, "fit.tol": 1e-4, "fit.prior": {"kind": "beta", "k": "auto"},
-        "spark.warehouse": wh, "report.path": str(Path(args.workdir) / "reports"),
+        "spark.warehouse": wh, "report.path": str(Path(args.workdir) / "reports"), "fit.engine": args.engine,
     }
     if args.shuffle_width is not None:
         overrides["ingest.synthetic.shuffle_width"] = args.shuffle_width
@@ -68,7 +77,7 @@ def main(argv=None) -> int:
             histories, fit_s = timed(STAGES["fit"], ctx)
         history = histories[args.model]
         out = {
-            "model": args.model, "serps": n, "shuffle_width": cfg.ingest.synthetic.shuffle_width,
+            "model": args.model, "engine": args.engine, "serps": n, "shuffle_width": cfg.ingest.synthetic.shuffle_width,
             "train_serps": int(counts["serps_train"]), "valid_serps": int(counts["serps_valid"]),
             "ingest_s": ingest_s, "fit_stage_s": fit_s,
             "passes": len(history) - 1, "em_pass_s": [s for _, _, s in history[1:]],
@@ -80,7 +89,7 @@ def main(argv=None) -> int:
     finally:
         spark.stop()
     (Path(args.workdir) / "fit_scale.json").write_text(json.dumps(out, indent=1))
-    print(f"{args.model}: {out['train_serps']:,} train SERPs ({out['packed_rows']:,} packed rows), "
+    print(f"{args.model} ({args.engine} engine): {out['train_serps']:,} train SERPs ({out['packed_rows']:,} packed rows), "
           f"{out['valid_serps']:,} valid; fit stage {fit_s:.1f} s, {out['passes']} passes "
           f"({'converged under fit.tol' if out['converged'] else 'stopped at the cap'}) "
           f"(EM passes {sum(out['em_pass_s']):.1f} s, {sum(out['em_pass_s']) / max(1, out['passes']):.2f} s each), "

@@ -25,7 +25,7 @@ from clickeval_spark.config.fields import (ISO_DATE, Day, Invalid, Location, Tex
                                            matching)
 from clickeval_spark.errors import ConfigError
 from clickeval_spark.models import ENGINES as FIT_ENGINES, MODELS  # the kernel registry (numpy only: no Spark at config time)
-from clickeval_spark.models.priors import DEFAULT_K_GRID, DEFAULT_WARMUP, SEEN_MEANS
+from clickeval_spark.models.priors import DEFAULT_K_GRID, DEFAULT_SELECT_SERPS, DEFAULT_WARMUP, SEEN_MEANS
 
 # the checkout, for scripts that live in it (benchmarks/); config locations never resolve against it
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -222,6 +222,9 @@ class PriorConfig(Section):
     rank_means: bool = True   # pairs unseen in training take their family's pooled mean at the rank shown
     # what seen pairs shrink toward: the family's mean, or their ranks' (models/priors.py); both: valid chooses
     seen_means: Annotated[Tuple(Literal[SEEN_MEANS], min_length=1), AfterValidator(_distinct)] = ("pooled", "rank")
+    # on a larger log (train + valid SERPs) `auto`'s candidates compete on a sample of whole queries of about
+    # this many SERPs, and the chosen one then fits the whole log; null: they all fit the whole log
+    select_serps: AtLeast1 | None = DEFAULT_SELECT_SERPS
 
 
 class PriorOverride(Section):

@@ -23,7 +23,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from clickeval_spark.em.codec import decode_keys, group_of, pack_block
+from clickeval_spark.em.codec import decode_data, decode_keys, group_of, pack_block
 from clickeval_spark.fitted.attach import truncate_serps
 from clickeval_spark.models.base import ClickModel
 
@@ -224,3 +224,33 @@ def qd_table(blocks: DataFrame, packed: DataFrame, model: ClickModel, slots: tup
     # a merge join: block rows are MBs each, never broadcast through the driver
     keys = packed.select("block", "keys").hint("merge")
     return blocks.select("block", "state").join(keys, on="block", how="inner").mapInArrow(run, schema)
+
+
+def sample_of(packed: PackedLog, serps: int) -> PackedLog | None:
+    """The packed log's first blocks holding about ``serps`` SERPs (training and held out): a sample of whole
+    queries, since a query's SERPs all hash to one block; None when the log is not larger than that.
+
+    One group only (the fit stage's log); its counts are those of the blocks kept.
+    """
+    [group] = packed.groups
+    n = math.ceil(group.n_blocks * serps / max(1, group.n_serps + group.n_held_out))
+    if n >= group.n_blocks:
+        return None
+    kept = packed.blocks.where(F.col("block") < group.first_block + n)
+    n_serps, n_held_out = block_counts(kept)
+    return PackedLog(kept, packed.max_rank, (BlockGroup(group.first_block, n, n_serps, n_held_out),))
+
+
+def block_counts(blocks: DataFrame) -> tuple[int, int]:
+    """(training SERPs, held-out SERPs) of ``blocks``, their weights summed: one row reaches the driver."""
+    schema = "n_train long, n_held_out long"
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for buf in batch.column("data"):
+                _, _, weight, _, n_train = decode_data(buf.as_buffer())
+                yield pa.RecordBatch.from_pydict({"n_train": [int(weight[:n_train].sum())],
+                                                  "n_held_out": [int(weight[n_train:].sum())]})
+
+    row = blocks.select("data").mapInArrow(run, schema).agg(F.sum("n_train"), F.sum("n_held_out")).first()
+    return int(row[0] or 0), int(row[1] or 0)

@@ -17,7 +17,7 @@ import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from clickeval_spark.em.blocks import PackedLog, checkpointed, pack_serps, qd_table
+from clickeval_spark.em.blocks import PackedLog, checkpointed, pack_serps, qd_table, sample_of
 from clickeval_spark.em.candidates import Candidate, candidate_prior
 from clickeval_spark.em.options import EMOptions
 from clickeval_spark.em.passes import EngineLost, Passes
@@ -61,9 +61,9 @@ def fit_groups(packed: PackedLog, model: ClickModel, options: EMOptions | None =
                              + (f" in group {g}" if len(packed.groups) > 1 else ""))
     tasks = resident_tasks(packed, model, opts.engine)
     if tasks:
-        def resident() -> Passes:
+        def resident(log_: PackedLog) -> Passes:
             t0 = time.perf_counter()
-            engine = ResidentPasses(packed.blocks, model, packed.max_rank, packed.first_blocks, tasks)
+            engine = ResidentPasses(log_.blocks, model, log_.max_rank, log_.first_blocks, min(tasks, log_.n_blocks))
             log.info("%s resident EM stage: %d tasks up in %.2f s", model.name, engine.n_tasks,
                      time.perf_counter() - t0)
             return engine
@@ -72,7 +72,7 @@ def fit_groups(packed: PackedLog, model: ClickModel, options: EMOptions | None =
         except EngineLost as e:
             log.warning("%s: the resident EM stage was lost (%s); fitting again with one Spark stage per pass",
                         model.name, e)
-    return _fit(packed, model, opts, lambda: StagePasses(packed, model, opts.checkpoint_interval, log), log)
+    return _fit(packed, model, opts, lambda log_: StagePasses(log_, model, opts.checkpoint_interval, log), log)
 
 
 def resident_tasks(packed: PackedLog, model: ClickModel, engine: str) -> int:
@@ -102,35 +102,24 @@ def _candidates(packed: PackedLog, model: ClickModel, opts: EMOptions, prior) ->
     return grids, cands
 
 
-def _fit(packed: PackedLog, model: ClickModel, opts: EMOptions, engine: Callable[[], Passes],
+def _fit(packed: PackedLog, model: ClickModel, opts: EMOptions, engine: Callable[[PackedLog], Passes],
          log: logging.Logger) -> list[FittedModel]:
     M = packed.max_rank
     prior = opts.prior or model_prior(model, M)
     grids, cands = _candidates(packed, model, opts, prior)
     # a counting model's empirical Bayes strengths need the pooled means of a first pass: one more
     n_passes = opts.iterations if model.iterative else 2 if any(c.prior.eb for c in cands) else 1
-    # pooled prior means are fixed after the warm-up; fixed ones have no prior term at iteration 0
     pooled = any(f.k > 0 and f.m is None for c in cands for f in (*c.prior.qd.values(), *c.prior.glob.values()))
     for c in cands:
-        c.compare_from = None if pooled else 1 if any(f.k > 0 for f in c.prior.qd.values()) else 0
+        _set_start(c, pooled)
+    sampled = _select_on_sample(packed, model, opts, cands, grids, engine, n_passes, pooled, log)
+    if sampled is not None:   # only the chosen candidate goes on, from the start, on the whole log
+        cands, sample_selection = sampled
     passes = None
     try:
-        passes = engine()
-        for it in range(1, n_passes + 1):
-            t0 = time.perf_counter()
-            all_sums = passes.run([c.plan(opts) for c in cands])
-            secs = time.perf_counter() - t0
-            for c, sums in zip(cands, all_sums):
-                if sums is not None:
-                    c.advance(it, sums, secs, packed.groups[c.group].n_serps, opts, model, M, pooled, log)
-            if not any(c.active for c in cands):
-                break
-        t0 = time.perf_counter()
-        final = passes.run([c.plan(opts, final=True) for c in cands])
+        passes = engine(packed)
+        final = _run(packed, model, opts, cands, passes, n_passes, pooled, log)
         blocks = passes.finish()
-        log.info("%s final pass: %.2f s", model.name, time.perf_counter() - t0)
-        for c, sums in zip(cands, final):
-            c.record(c.done, sums, packed.groups[c.group].n_serps, opts, model, log)
         chosen = [_chosen(cands, g) for g in range(len(packed.groups))]
         if model.qd_params:
             qd_all = checkpointed(qd_table(blocks, packed.blocks, model, tuple(slot for _, slot in chosen),
@@ -144,11 +133,75 @@ def _fit(packed: PackedLog, model: ClickModel, opts: EMOptions, engine: Callable
     out = []
     for g, (mine, slot) in enumerate(chosen):
         best = cands[mine[slot]]
-        selection = _selection(cands, mine, slot, grids[g], packed.groups[g].n_held_out, model, log)
+        selection = (sample_selection if sampled is not None
+                     else _selection(cands, mine, slot, grids[g], packed.groups[g].n_held_out, model, log))
         qd = qd_all if len(packed.groups) == 1 else qd_all.where(F.col("group") == g)
         ppl = (final[mine[slot]]["ppl_n"], final[mine[slot]]["ppl_ln"]) if opts.ppl_eps is not None else None
         out.append(best.fitted(model, M, prior, qd.drop("group"), selection, ppl))
     return out
+
+
+def _run(packed: PackedLog, model: ClickModel, opts: EMOptions, cands: list[Candidate], passes: Passes,
+         n_passes: int, pooled: bool, log: logging.Logger) -> list[dict[str, np.ndarray] | None]:
+    """Every pass of ``cands`` until none is active (or ``n_passes``), then the scoring pass: its sums."""
+    M = packed.max_rank
+    for it in range(1, n_passes + 1):
+        t0 = time.perf_counter()
+        all_sums = passes.run([c.plan(opts) for c in cands])
+        secs = time.perf_counter() - t0
+        for c, sums in zip(cands, all_sums):
+            if sums is not None:
+                c.advance(it, sums, secs, packed.groups[c.group].n_serps, opts, model, M, pooled, log)
+        if not any(c.active for c in cands):
+            break
+    t0 = time.perf_counter()
+    final = passes.run([c.plan(opts, final=True) for c in cands])
+    log.info("%s final pass: %.2f s", model.name, time.perf_counter() - t0)
+    for c, sums in zip(cands, final):
+        c.record(c.done, sums, packed.groups[c.group].n_serps, opts, model, log)
+    return final
+
+
+def _select_on_sample(packed: PackedLog, model: ClickModel, opts: EMOptions, cands: list[Candidate], grids: list,
+                      engine: Callable[[PackedLog], Passes], n_passes: int, pooled: bool, log: logging.Logger,
+                      ) -> tuple[list[Candidate], dict] | None:
+    """On a log larger than ``opts.select_serps``, the candidates of ``k: auto`` compete on a sample of whole
+    queries (`blocks.sample_of`) instead of the whole log: (the chosen candidate, fresh, as the only one;
+    the selection record). None: every candidate runs on the whole log.
+
+    A candidate's passes do not depend on the others', so the chosen one then fits the whole log as it would
+    among all of them: only the choice is made on the sample. Why a query sample: a pair's impressions all
+    lie in its query's block, so the sample's pairs are counted as in the whole log and a strength shrinks
+    them alike; the grid's cost stays fixed while the log grows.
+    """
+    if opts.select_serps is None or len(cands) < 2 or len(packed.groups) != 1:
+        return None
+    sample = sample_of(packed, opts.select_serps)
+    if sample is None:
+        return None
+    [group] = sample.groups
+    log.info("%s: %d candidates compete on %d of %d blocks (%d training, %d held-out SERPs)", model.name,
+             len(cands), group.n_blocks, packed.groups[0].n_blocks, group.n_serps, group.n_held_out)
+    passes = None
+    try:
+        passes = engine(sample)
+        _run(sample, model, opts, cands, passes, n_passes, pooled, log)
+    finally:
+        if passes is not None:
+            passes.close()
+    mine, slot = _chosen(cands, 0)
+    selection = _selection(cands, mine, slot, grids[0], group.n_held_out, model, log)
+    selection["sample"] = {"blocks": group.n_blocks, "of_blocks": packed.groups[0].n_blocks,
+                           "train_serps": group.n_serps, "valid_serps": group.n_held_out}
+    fresh = _candidates(packed, model, opts, opts.prior or model_prior(model, packed.max_rank))[1][mine[slot]]
+    _set_start(fresh, pooled)
+    return [fresh], selection
+
+
+def _set_start(c: Candidate, pooled: bool) -> None:
+    """Before the first pass: pooled prior means are fixed after the warm-up; fixed ones have no prior term
+    at iteration 0."""
+    c.compare_from = None if pooled else 1 if any(f.k > 0 for f in c.prior.qd.values()) else 0
 
 
 def _chosen(cands: list[Candidate], g: int) -> tuple[list[int], int]:

@@ -8,7 +8,7 @@ from typing import Sequence
 from clickeval_spark.config import FitConfig
 from clickeval_spark.models import ENGINES
 from clickeval_spark.models.base import ClickModel
-from clickeval_spark.models.priors import DEFAULT_K_GRID, DEFAULT_WARMUP, ModelPrior, model_prior
+from clickeval_spark.models.priors import DEFAULT_K_GRID, DEFAULT_SELECT_SERPS, DEFAULT_WARMUP, ModelPrior, model_prior
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,8 @@ class EMOptions:
     select_on_held_out: the held-out SERPs choose the strength and end the warm-up; False: only scored.
     ppl_eps: also sum the held-out SERPs' perplexity terms in the final pass (the surrogate's Reverse PPL).
     compiled: the block step of PBM and UBM (`step.em_block`); None: compiled where the model has one.
+    select_serps: on a larger log the candidates compete on a query sample of about this many SERPs
+        (`driver._select_on_sample`); None: on the whole log.
     """
 
     iterations: int = 20
@@ -37,6 +39,7 @@ class EMOptions:
     select_on_held_out: bool = True
     ppl_eps: float | None = None
     compiled: bool | None = None
+    select_serps: int | None = DEFAULT_SELECT_SERPS
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -47,6 +50,8 @@ class EMOptions:
             raise ValueError("checkpoint_interval must be >= 1")
         if self.prior_warmup < 1:
             raise ValueError("prior_warmup must be >= 1")
+        if self.select_serps is not None and self.select_serps < 1:
+            raise ValueError("select_serps must be >= 1 or None")
 
     @classmethod
     def from_config(cls, fit: FitConfig, model: ClickModel, max_rank: int) -> "EMOptions":
@@ -55,4 +60,5 @@ class EMOptions:
         prior = model_prior(model, max_rank, kind, k, families, rank_means=fit.prior.rank_means,
                             seen_means=fit.prior.seen_means)
         return cls(iterations=fit.iterations, tol=fit.tol, prior=prior, k_grid=fit.prior.grid,
-                   prior_warmup=fit.prior.warmup, checkpoint_interval=fit.checkpoint_interval, engine=fit.engine)
+                   prior_warmup=fit.prior.warmup, checkpoint_interval=fit.checkpoint_interval, engine=fit.engine,
+                   select_serps=fit.prior.select_serps)

@@ -25,6 +25,9 @@ DEFAULT_K_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 DEFAULT_K = 4.0
 # passes during which pooled prior means follow the fit; after them m is fixed (`em.candidates.Candidate.advance`)
 DEFAULT_WARMUP = 20
+#: on a log of more SERPs (training + valid), `k: auto`'s candidates compete on a sample of whole queries of
+#: about this many (`em.driver._select_on_sample`), so the grid's cost does not grow with the log
+DEFAULT_SELECT_SERPS = 1_000_000
 #: the strengths empirical Bayes chooses from, per family: 0.25 * sqrt(2)^j up to 4096
 EB_GRID = tuple(0.25 * 2 ** (j / 2) for j in range(29))
 #: PyClick's estimator: +1 / +2 in every update

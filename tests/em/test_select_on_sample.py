@@ -1,0 +1,71 @@
+"""`k: auto` on a large log: the candidates compete on a sample of whole queries, the chosen one fits the whole log
+(em.driver._select_on_sample, issue 36.4)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pyspark.sql import functions as F
+
+from clickeval_spark.em.blocks import pack_serps
+from clickeval_spark.em.driver import fit
+from clickeval_spark.models import get_model
+from tests.models.test_priors import _split
+from tests.models.test_spark_em import Log
+
+M = 5
+OPTIONS = dict(iterations=12, tol=None, max_rank=M, k_grid=(1.0, 16.0))
+
+
+@pytest.fixture(scope="module")
+def fits(spark):
+    """UBM on 2,400 SERPs of 160 queries (a quarter held out), 4 blocks: candidates on the whole log, and on a
+    sample of about 1,200 SERPs (2 blocks); and the sample's SERPs fitted alone."""
+    model = get_model("ubm")
+    log = Log(model, n_serps=2400, M=M, seed=23, n_queries=160)
+    held = np.arange(len(log.rows)) % 4 == 0
+    train_df, valid_df = _split(spark, log, held)
+    # the blocks' rule (blocks.pack_log), written out: a query's SERPs go to block xxhash64 mod 4
+    in_sample = F.pmod(F.xxhash64(F.lit("clickeval-block"), F.col("query_id")), F.lit(4)) < 2
+    packed = pack_serps(train_df, max_rank=M, held_out=valid_df)
+    alone = pack_serps(train_df.where(in_sample), max_rank=M, held_out=valid_df.where(in_sample))
+    try:
+        yield {"whole": fit(packed, model, select_serps=None, **OPTIONS),
+               "sampled": fit(packed, model, select_serps=1200, **OPTIONS),
+               "alone": fit(alone, model, select_serps=None, **OPTIONS),
+               "n_sample": (train_df.where(in_sample).count(), valid_df.where(in_sample).count())}
+    finally:
+        packed.unpersist()
+        alone.unpersist()
+
+
+def test_the_sample_is_whole_queries_of_the_first_blocks(fits):
+    assert fits["sampled"].selection["sample"] == {"blocks": 2, "of_blocks": 4, "train_serps": fits["n_sample"][0],
+                                                   "valid_serps": fits["n_sample"][1]}
+    assert 900 < sum(fits["n_sample"]) < 1500
+    assert "sample" not in fits["whole"].selection
+
+
+def test_candidates_are_scored_as_on_the_samples_serps_alone(fits):
+    """Each grid entry's valid LL is the one a fit of the sample's SERPs alone gives it (packed into other
+    blocks, so summed in another order: equal to rounding)."""
+    grid, alone = fits["sampled"].selection["grid"], fits["alone"].selection["grid"]
+    assert [(g["k"], g["seen_means"]) for g in grid] == [(g["k"], g["seen_means"]) for g in alone]
+    assert [g["valid_ll"] for g in grid] == pytest.approx([g["valid_ll"] for g in alone], rel=1e-10, abs=0)
+    assert len({round(g["valid_ll"], 6) for g in grid}) > 1   # the candidates differ
+    assert fits["sampled"].selection["n_valid_serps"] == fits["n_sample"][1]
+
+
+def test_the_chosen_candidate_fits_the_whole_log_as_among_all_candidates(fits):
+    """The sample chooses what the whole log chooses here (with 4 in the grid it would not: the sample takes 4,
+    the whole log 16); the fit of the whole log is then the same bits
+    (a candidate's passes do not depend on the others')."""
+    sampled, whole = fits["sampled"], fits["whole"]
+    chosen = (whole.selection["chosen_k"], whole.selection["chosen_seen_means"])
+    assert (sampled.selection["chosen_k"], sampled.selection["chosen_seen_means"]) == chosen
+    assert sorted(tuple(r) for r in sampled.qd.collect()) == sorted(tuple(r) for r in whole.qd.collect())
+    assert {k: v.tobytes() for k, v in sampled.glob.items()} == {k: v.tobytes() for k, v in whole.glob.items()}
+    assert (sampled.prior, sampled.log_posterior, sampled.valid_ll) == (whole.prior, whole.log_posterior,
+                                                                        whole.valid_ll)
+    assert [h[:2] for h in sampled.history] == [h[:2] for h in whole.history]
+    assert sampled.prior_spec == whole.prior_spec
