@@ -61,7 +61,8 @@ class Candidate:
         # the held-out LL is read only while it may end the warm-up (and after the last pass)
         return PassPlan("step" if self.active else "hold", self.g, self.update, self.group,
                         held_out=opts.select_on_held_out and self.compare_from is None,
-                        eb=bool(self.prior.eb) and self.compare_from is None,
+                        # the blocks sum evidence for qd families only (a global family's is the driver's)
+                        eb=self.compare_from is None and any(p in self.prior.qd for p in self.prior.eb),
                         seen_by_rank=self.prior.seen_by_rank, compiled=opts.compiled)
 
     def record(self, it: int, sums: dict[str, np.ndarray], n_serps: int, opts: EMOptions, model: ClickModel,
