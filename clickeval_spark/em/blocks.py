@@ -36,6 +36,7 @@ BLOCK_SERPS = 262144
 #: at least this many blocks, so small logs still use every core of a small cluster
 MIN_BLOCKS = 4
 
+
 BLOCK_SCHEMA = T.StructType([
     T.StructField("block", T.IntegerType(), False),
     T.StructField("data", T.BinaryType(), False),
@@ -122,7 +123,7 @@ def release(df: DataFrame) -> None:
         plan.rdd().unpersist(False)
 
 
-def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None) -> PackedLog:
+def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None, fold: bool = True) -> PackedLog:
     """Pack SERPs (query_id, doc_ids, clicks, optional held_out and group; lists already cut to
     ``max_rank``; other columns are ignored).
 
@@ -130,12 +131,18 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None) -> 
     training SERPs of their query, so a fit scores them in the same pass.
     ``group`` (int 0..G-1, default 0) packs G independent logs side by side, each
     into the blocks it would get alone.
+    ``fold``: Spark folds identical SERPs into weighted rows before the pack, partly before the shuffle.
+    That pays on a log that repeats itself (sampled click sequences, several per SERP; fixed lists per
+    query: a 10M log of them folds to 1.7M rows); on one that does not (real logs: the TREC sample folds
+    2,872 SERPs to 2,490) it is a shuffle of every SERP for nothing. The blocks are the same bytes either
+    way: `pack_block` folds what reaches it.
     """
     M = int(max_rank)
     if "held_out" not in prep.columns:
         prep = prep.withColumn("held_out", F.lit(False))
     if "group" not in prep.columns:
         prep = prep.withColumn("group", F.lit(0))
+    # one row per group: the surrogate's few dozen logs at most
     # one row per group: the surrogate's few dozen logs at most
     counts = {int(r["group"]): (int(r["all"]) - int(r["held_out"]), int(r["held_out"])) for r in
               prep.groupBy("group").agg(F.count(F.lit(1)).alias("all"),
@@ -150,11 +157,21 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None) -> 
         first += n
     n_blocks = first
 
-    def pack(key, rows: pa.Table) -> pa.Table:
-        data, keys = pack_block(rows, M)
-        return pa.Table.from_arrays([pa.array([key[0].as_py()], pa.int32()), pa.array([data], pa.binary()),
-                                     pa.array([keys], pa.binary()), pa.nulls(1, pa.binary()), pa.nulls(1, pa.binary())],
-                                    names=BLOCK_SCHEMA.fieldNames())
+    def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """A partition's rows (whole blocks: partitioned by block) -> one row per block."""
+        batches = list(batches)
+        if not batches:   # a partition no block hashed to
+            return
+        rows = pa.Table.from_batches(batches)
+        block = rows.column("block").to_numpy()
+        order = np.argsort(block, kind="stable")
+        ends = np.flatnonzero(np.diff(block[order])) + 1
+        for part in np.split(order, ends) if len(order) else ():
+            data, keys = pack_block(rows.take(pa.array(part)), M)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([int(block[part[0]])], pa.int32()), pa.array([data], pa.binary()),
+                 pa.array([keys], pa.binary()), pa.nulls(1, pa.binary()), pa.nulls(1, pa.binary())],
+                names=BLOCK_SCHEMA.fieldNames())
 
     def lookup(values: list[int]) -> Column:
         return F.element_at(F.array(*[F.lit(v) for v in values]), F.col("group") + 1)
@@ -163,31 +180,34 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None) -> 
                 + F.pmod(F.xxhash64(F.lit("clickeval-block"), F.col("query_id")), lookup([g.n_blocks for g in groups])))
     # one block per task when alone; with groups, as many tasks as the whole log would get blocks
     n_tasks = n_blocks if len(groups) == 1 else n_blocks_for(sum(map(sum, counts.values())), block_serps)
-    blocks = (
-        prep.select(block_of.cast("int").alias("block"), "held_out", "query_id", "doc_ids", "clicks")
-        # identical SERPs folded into one weighted row by Spark's own aggregation (partly before the
-        # shuffle): the Python side packs distinct rows, not SERPs (a 10M-SERP log: 1.7M rows)
-        .groupBy("block", "held_out", "query_id", "doc_ids", "clicks").agg(F.count(F.lit(1)).alias("weight"))
-        .groupBy("block").applyInArrow(pack, BLOCK_SCHEMA)
-        # range partitioning on the block number: a task's blocks are consecutive
-        .repartitionByRange(n_tasks, "block")
-    )
-    blocks = checkpointed(blocks, keep_cached=True)
+    rows = prep.select(block_of.cast("int").alias("block"), "held_out", "query_id", "doc_ids", "clicks")
+    if fold:
+        rows = rows.groupBy(*rows.columns).agg(F.count(F.lit(1)).alias("weight"))
+    else:
+        rows = rows.withColumn("weight", F.lit(1).cast("long"))
+    # a block's rows meet in one partition by a hash of the block, and are grouped there in Arrow: no sort
+    # of the rows by Spark (`groupBy().applyInArrow` sorts every row, lists and all, to group them)
+    packed = rows.repartition(n_tasks, "block").mapInArrow(pack, BLOCK_SCHEMA).cache()
+    packed.count()   # packed once: the range partitioning below samples its input, which would pack it again
+    # range partitioning on the block number: a task's blocks are consecutive
+    blocks = checkpointed(packed.repartitionByRange(n_tasks, "block"), keep_cached=True)
+    packed.unpersist()
     return PackedLog(blocks=blocks, max_rank=M, groups=tuple(groups))
 
 
 def pack_serps(serps: DataFrame, max_rank: int = 10, block_serps: int | None = None,
-               held_out: DataFrame | None = None) -> PackedLog:
+               held_out: DataFrame | None = None, fold: bool = False) -> PackedLog:
     """The training SERPs (`truncate_serps`'s rule) packed into query blocks, once for any number of fits.
 
     ``held_out`` SERPs (the valid split) ride along in the same blocks: every fit
     scores them at no extra Spark job, which is how `k: auto` picks a prior strength.
+    ``fold``: `pack_log`'s; a log of users' SERPs folds little, so by default Spark does not fold it.
     """
     prep = truncate_serps(serps, max_rank).withColumn("held_out", F.lit(False))
     if held_out is not None:
         prep = prep.unionByName(truncate_serps(held_out, max_rank)
                                 .withColumn("held_out", F.lit(True)))
-    return pack_log(prep, max_rank, block_serps)
+    return pack_log(prep, max_rank, block_serps, fold)
 
 
 def qd_table(blocks: DataFrame, packed: DataFrame, model: ClickModel, slots: tuple[int, ...] = (0,),

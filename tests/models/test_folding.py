@@ -10,13 +10,16 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from pyspark.sql import functions as F
 
 from clickeval_spark.models import MODELS, get_model
 from clickeval_spark.em.codec import decode_data, decode_keys, fold_rows, pack_block
 from clickeval_spark.em.step import BlockArrays, em_block, global_params
 from clickeval_spark.em.sums import split_stats
 from clickeval_spark.models.priors import model_prior, pooled_mean
+from clickeval_spark.em.blocks import pack_serps
 from tests.models.numpy_em import simulate
+from tests.models.test_spark_em import Log
 
 M, B, N_TRAIN, LISTS = 6, 4000, 3000, 25
 
@@ -123,3 +126,23 @@ def test_pack_block_numbers_pairs_in_python_string_order_whatever_the_row_order(
         if order == [0, 1, 2, 3, 4]:
             first = data
         assert data == first
+
+def test_packing_with_or_without_spark_folding_gives_the_same_blocks(spark):
+    """`pack_log(fold=...)`: Spark's fold before the shuffle is an optimisation only; every block's data and keys
+    are the same bytes (repeated SERPs: fixed lists, so many fold)."""
+    model = get_model("ubm")
+    log = Log(model, n_serps=600, M=2, seed=5, n_queries=12, pool=3, extra=0)
+    serps = log.df(spark)
+    held = serps.where(F.col("serp_pos") == 2)
+    train = serps.where(F.col("serp_pos") != 2)
+    got = {}
+    for fold in (True, False):
+        packed = pack_serps(train, max_rank=2, held_out=held, fold=fold)
+        try:
+            got[fold] = sorted((r["block"], bytes(r["data"]), bytes(r["keys"])) for r in packed.blocks.collect())
+        finally:
+            packed.unpersist()
+    assert got[True] == got[False]
+    assert len(got[True]) == 4
+    weights = [decode_data(data)[2] for _, data, _ in got[True]]
+    assert sum(int(w.sum()) for w in weights) == 600 and max(int(w.max()) for w in weights) > 1   # folded rows
