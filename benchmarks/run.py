@@ -1,40 +1,36 @@
-"""The scale benchmark: every stage at 100k, 1M and 5M SERPs, against a numpy EM reference.
+"""The scale benchmark: every stage at 1M and 10M SERPs, linear in the log, in a 6g driver (issue 36).
 
-    .venv/bin/python -m benchmarks.run                                  # 100k, 1M, 5M (about an hour here)
-    .venv/bin/python -m benchmarks.run --sizes 100000,1000000 --iterations 5
+    .venv/bin/python -m benchmarks.run                                  # 1M and 10M, package defaults (about 75 min)
+    .venv/bin/python -m benchmarks.run --sizes 100000,1000000 --em-reference --iterations 5
     .venv/bin/python -m benchmarks.run --sizes 1000000 --shuffle-width 0   # fixed lists per query: many repeats
+    .venv/bin/python -m benchmarks.run --fit-scale 10000000             # then the 10M UBM fit, both shapes
 
-Per size, in one Spark session (conf/bench.yaml: local[*], synthetic TianGong-ST-shaped
-log of 10 results per SERP, Zipf-like query frequencies with n_queries = SERPs / 25,
-simulated from a DBN), a fresh warehouse under --workdir:
+Per size, in one Spark session (conf/bench.yaml: local[*], spark.driver.memory --driver-memory (6g),
+synthetic TianGong-ST-shaped log of 10 results per SERP, Zipf-like query frequencies with n_queries =
+SERPs / 25, simulated from a DBN; shuffle_width 6: almost every SERP distinct, as in real logs), a fresh
+warehouse under --workdir:
 
-- ingest (generate + validate + write serps and labels), fit (pack the train split
-  into query blocks once, identical SERPs folded into weighted rows (the "packed rows"
-  column: with --shuffle-width 0 every query shows one fixed list, so only clicks tell its
-  SERPs apart), then --iterations EM passes of PBM, UBM and DBN; seconds per pass are the
-  median of the EM passes' own wall times from the fit history), predict (train, valid,
-  test), evaluate (every split: all N SERPs, 200 bootstrap replicates), generate (DBN,
-  7 samples, original + shuffled lists, test split) + surrogate (DCM, 5 passes);
-- the numpy reference (benchmarks/numpy_reference.py) on the same train SERPs and
-  iteration count, in this process: seconds per iteration (median: the reference's first
-  passes run several times slower than its later ones), the ratio reference / Spark
-  (1 = as fast as one numpy process; >= 0.25 is the target) and the largest difference
-  between the two fits' global parameters (same model, so ~1e-12);
-- each of ingest, predict and evaluate against a single-process reference of the same work
-  (benchmarks/stage_reference.py: pyarrow + numpy, Parquet in and out, inputs exported from
-  the tables untimed): ingest parses and checks the log written out as a per-query text file
-  (the stage ingests that file too, as a dataset of its own: generating the synthetic log is
-  not what a user's ingest does), predict gives every model's probabilities and scores for
-  all N SERPs, evaluate LL, PPL@t, NDCG@k and 200 bootstrap replicates of every split. A
-  "same work" column checks each reference's result against the stage's;
-- peak memory: the largest resident set of this process tree (driver, JVM, Python
-  workers), sampled every 0.2 s while the size runs.
+- every stage timed, with the peak RSS of this process tree (driver, JVM, Python workers, sampled every
+  0.2 s) while it ran: ingest (generate + validate + write serps and labels), fit (PBM, UBM and DBN with the
+  package defaults: beta prior, `k: auto`, tol 1e-4, at most 50 passes; the train split packed into query
+  blocks once, identical SERPs folded: "packed rows / train SERPs" is what the fold left), predict (valid,
+  test), evaluate (every split: all N SERPs, 200 bootstrap replicates), generate (DBN, 7 samples, original +
+  shuffled lists, test split) + surrogate (DCM, 5 passes);
+- at sizes up to --references-max (1M), ingest, predict and evaluate against a single-process reference of
+  the same work (benchmarks/stage_reference.py: pyarrow + numpy, Parquet in and out, inputs exported from
+  the tables untimed): ingest parses and checks the log written out as a per-query text file (the stage
+  ingests that file too, as a dataset of its own: generating the synthetic log is not what a user's ingest
+  does), predict gives every model's probabilities and scores for all N SERPs, evaluate LL, PPL@t, NDCG@k
+  and 200 bootstrap replicates of every split. A "same work" column checks each reference's result against
+  the stage's;
+- with --em-reference, the fit is the plain MLE for --iterations passes and the numpy EM reference
+  (benchmarks/numpy_reference.py) runs on the same train SERPs: seconds per pass, ratio, and the largest
+  difference between the two fits' global parameters (same estimator, so ~1e-12).
 
-After the last size: log-log slopes of stage time against size between consecutive
-sizes (1 = linear); with --fit-scale 10000000, benchmarks/fit_scale.py's UBM fit to
-convergence on a 10M-SERP log (issue 17's target), in a process of its own. Results are printed as a markdown table and written to
-<workdir>/results.json. PyClick's DBN (about 190 SERPs per second per iteration on this
-machine, issue 8) is the reference for the "x PyClick" column.
+After the last size: log-log slopes of stage time against size between consecutive sizes (1 = linear) and
+the time ratios; with --fit-scale, benchmarks/fit_scale.py's UBM fit to convergence (conf/cluster.yaml's
+engine) at this run's shape and at the folded one (--shuffle-width 0), each in a process of its own.
+Results are printed as a markdown table and written to <workdir>/results.json.
 """
 
 from __future__ import annotations
@@ -64,8 +60,6 @@ from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.models import get_model
 from clickeval_spark.fitted import FittedModel
 from clickeval_spark.runtime import session_for
-
-PYCLICK_DBN_SERPS_PER_S = 190.0
 
 
 class PeakRss:
@@ -153,53 +147,76 @@ def distinct_rows(serps, M: int) -> int:
     return serps.select("query_id", F.slice("doc_ids", 1, M), F.slice("clicks", 1, M)).distinct().count()
 
 
-def run_size(spark, conf: str, n: int, workdir: Path, iterations: int,
-             shuffle_width: float | None = None) -> dict:
+#: the fit with the package's own defaults (beta prior, `k: auto`, tol 1e-4, at most 50 passes): what users run
+PACKAGE_FIT = {"fit.prior": {"kind": "beta", "k": "auto"}, "fit.tol": 1e-4, "fit.iterations": 50}
+
+
+def run_size(spark, conf: str, n: int, workdir: Path, iterations: int, shuffle_width: float | None = None,
+             references: bool = True, em_reference: bool = False) -> dict:
+    """Every stage on an n-SERP log, each timed with the peak RSS of this process tree while it ran.
+
+    references: the ingest, predict and evaluate stages against their single-process references.
+    em_reference: fit the plain MLE for ``iterations`` passes (conf/bench.yaml's fit) and time the numpy EM
+    reference on the same SERPs; else the fit runs the package defaults (`PACKAGE_FIT`).
+    """
     wh = str(workdir / (f"warehouse-{n}" if shuffle_width is None else f"warehouse-{n}-w{shuffle_width:g}"))
     overrides = {
         "ingest.dataset": f"bench-{n}", "ingest.synthetic.n_serps": n,
-        "ingest.synthetic.n_queries": max(100, n // 25), "fit.iterations": iterations,
+        "ingest.synthetic.n_queries": max(100, n // 25),
         "spark.warehouse": wh, "report.path": str(workdir / "reports"),
+        **({"fit.iterations": iterations} if em_reference else PACKAGE_FIT),
     }
     if shuffle_width is not None:
         overrides["ingest.synthetic.shuffle_width"] = shuffle_width
     cfg = load_config(conf, overrides)
     run_id = f"bench-{n}"
-    out: dict = {"n_serps": n, "stages": {}, "fit": {}, "reference": {}}
+    out: dict = {"n_serps": n, "stages": {}, "peak_rss_gb": {}, "fit": {}, "reference": {},
+                 "package_fit": not em_reference}
     ctx = StageContext(spark, cfg, wh, run_id)
     ref_dir = workdir / f"reference-{n}"
-    with PeakRss() as rss:
-        counts, out["stages"]["ingest"] = timed(STAGES["ingest"], ctx)
-        out["n_train"] = int(counts["serps_train"])
+
+    def stage(name: str):
+        with PeakRss() as rss:
+            result, out["stages"][name] = timed(STAGES[name], ctx)
+        out["peak_rss_gb"][name] = rss.peak / 2**30
+        print(f"size {n:,}: {name} {out['stages'][name]:.1f} s, peak RSS {rss.peak / 2**30:.1f} GiB "
+              f"at {rss.peak_at} UTC", flush=True)
+        return result
+
+    counts = stage("ingest")
+    out["n_train"] = int(counts["serps_train"])
+    if references:
         out["reference"]["ingest"] = ingest_against_reference(spark, conf, overrides, ctx, ref_dir)
-        histories, out["stages"]["fit"] = timed(STAGES["fit"], ctx)
-        params = tables.read_table(spark, wh, "model_params")
+    histories = stage("fit")
+    out["n_rows"] = distinct_rows(ctx.serps(("train",)), cfg.fit.max_rank)
+    params = tables.read_table(spark, wh, "model_params")
+    if em_reference:
         pair, clicks, n_pairs = reference_arrays(spark, wh, cfg, cfg.fit.max_rank)
         out["n_pairs"] = n_pairs
-        out["n_rows"] = distinct_rows(ctx.serps(("train",)), cfg.fit.max_rank)
-        for name, hist in histories.items():
-            per_iter = [s for _, _, s in hist[1:]]
-            spark_s = float(np.median(per_iter))
-            row = {"spark_s_per_iter": spark_s, "spark_iter_s": per_iter,
-                   "serp_iter_per_s": out["n_train"] / spark_s}
-            if name in REFERENCES:
-                glob, ref_times = REFERENCES[name](pair, clicks, n_pairs, iterations)
-                fitted = FittedModel.from_rows(params, get_model(name), run_id, cfg.fit.max_rank)
-                ref_s = float(np.median(ref_times))
-                row.update(numpy_s_per_iter=ref_s, numpy_iter_s=list(ref_times), ratio=ref_s / spark_s,
-                           max_global_diff=max(float(np.max(np.abs(fitted.glob[k] - glob[k]))) for k in glob))
-            out["fit"][name] = row
+    for name, hist in histories.items():
+        per_iter = [s for _, _, s in hist[1:]]
+        spark_s = float(np.median(per_iter))
+        row = {"spark_s_per_iter": spark_s, "spark_iter_s": per_iter, "passes": len(per_iter),
+               "serp_iter_per_s": out["n_train"] / spark_s}
+        if em_reference and name in REFERENCES:
+            glob, ref_times = REFERENCES[name](pair, clicks, n_pairs, iterations)
+            fitted = FittedModel.from_rows(params, get_model(name), run_id, cfg.fit.max_rank)
+            ref_s = float(np.median(ref_times))
+            row.update(numpy_s_per_iter=ref_s, numpy_iter_s=list(ref_times), ratio=ref_s / spark_s,
+                       max_global_diff=max(float(np.max(np.abs(fitted.glob[k] - glob[k]))) for k in glob))
+        out["fit"][name] = row
+    if em_reference:
         del pair, clicks
-        out["stages"]["predict"] = timed(STAGES["predict"], ctx)[1]
+    stage("predict")
+    if references:
         inputs = reference_inputs(ctx, params, ref_dir)
         out["reference"]["predict"] = predict_reference(ctx, inputs, ref_dir)
-        out["stages"]["evaluate"] = timed(STAGES["evaluate"], ctx)[1]
+    stage("evaluate")
+    if references:
         out["reference"]["evaluate"] = evaluate_reference(ctx, inputs, ref_dir)
-        out["n_evaluated"] = n
-        out["stages"]["generate"] = timed(STAGES["generate"], ctx)[1]
-        out["stages"]["surrogate"] = timed(STAGES["surrogate"], ctx)[1]
-    out["peak_rss_gb"] = rss.peak / 2**30
-    print(f"size {n:,}: peak RSS {out['peak_rss_gb']:.1f} GiB at {rss.peak_at} UTC", flush=True)
+    out["n_evaluated"] = n
+    stage("generate")
+    stage("surrogate")
     return out
 
 
@@ -263,100 +280,107 @@ def slope(results: list[dict], get) -> list[float]:
             for a, b in zip(results, results[1:])]
 
 
-def markdown(results: list[dict], args, started: str, scale: dict | None = None) -> str:
+STAGE_NAMES = ("ingest", "fit", "predict", "evaluate", "generate", "surrogate")
+
+
+def markdown(results: list[dict], args, started: str, scale: list[dict] | None = None) -> str:
     width = "" if args.shuffle_width is None else f" --shuffle-width {args.shuffle_width:g}"
-    if args.fit_scale:
-        width += f" --fit-scale {args.fit_scale} --fit-scale-iterations {args.fit_scale_iterations}"
+    extra = (" --em-reference" if args.em_reference else "") + (f" --fit-scale {args.fit_scale}" if args.fit_scale else "")
     lines = [f"Command: `.venv/bin/python -m benchmarks.run --sizes {args.sizes} --iterations {args.iterations}"
-             f"{width}`",
+             f"{width} --references-max {args.references_max}{extra}`",
              f"Date: {started}; machine: {os.cpu_count()} cores, "
              f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
-             f"{platform.platform()}; Spark local[*]; synthetic shuffle_width "
-             f"{'conf/bench.yaml' if args.shuffle_width is None else args.shuffle_width}", "",
-             "| SERPs | train SERPs | packed rows (after the fold) | pairs | ingest s | fit stage s | predict s "
-             "| evaluate s (N SERPs, 200 reps) | generate s | surrogate s | peak RSS GiB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"{platform.platform()}; Spark local[*]; spark.driver.memory {args.driver_memory}; synthetic "
+             f"shuffle_width {'conf/bench.yaml' if args.shuffle_width is None else args.shuffle_width}; fit: "
+             f"{'plain MLE, --iterations passes' if args.em_reference else 'package defaults (beta, k auto, tol 1e-4)'}",
+             "", "Seconds per stage (peak RSS of the process tree while it ran, GiB):", "",
+             "| SERPs | train SERPs | packed rows / train SERPs | " + " | ".join(STAGE_NAMES) + " | all stages |",
+             "|---|---|---|" + "---|" * (len(STAGE_NAMES) + 1)]
     for r in results:
-        s = r["stages"]
-        lines.append(f"| {r['n_serps']:,} | {r['n_train']:,} | {r['n_rows']:,} | {r['n_pairs']:,} "
-                     f"| {s['ingest']:.1f} | {s['fit']:.1f} "
-                     f"| {s['predict']:.1f} | {s['evaluate']:.1f} | {s['generate']:.1f} | {s['surrogate']:.1f} "
-                     f"| {r['peak_rss_gb']:.1f} |")
-    lines += ["", "Stages against their single-process reference (benchmarks/stage_reference.py: pyarrow + numpy, "
-              "Parquet in and out; ingest on the log written as per-query text):", "",
-              "| SERPs | stage | Spark s | reference s | ratio reference/Spark | same work |", "|---|---|---|---|---|---|"]
-    for r in results:
-        for stage, ref in r["reference"].items():
-            spark_s = ref.get("stage_s", r["stages"][stage])
-            lines.append(f"| {r['n_serps']:,} | {stage} | {spark_s:.1f} | {ref['reference_s']:.1f} "
-                         f"| {ref['reference_s'] / spark_s:.3f} | {ref['check']} |")
-    lines += ["", "EM per iteration (train split; median wall time of the passes, Spark's LL included):", "",
-              "| SERPs | model | Spark s/iter | SERP-iter/s | numpy s/iter | ratio numpy/Spark | x PyClick DBN "
-              "| max abs diff of global params |",
-              "|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        for name, f in r["fit"].items():
-            lines.append(f"| {r['n_serps']:,} | {name} | {f['spark_s_per_iter']:.2f} | {f['serp_iter_per_s']:,.0f} "
-                         f"| {f.get('numpy_s_per_iter', float('nan')):.2f} | {f.get('ratio', float('nan')):.2f} "
-                         f"| {f['serp_iter_per_s'] / PYCLICK_DBN_SERPS_PER_S:,.0f} "
-                         f"| {f.get('max_global_diff', float('nan')):.1e} |")
+        s, rss = r["stages"], r["peak_rss_gb"]
+        lines.append(f"| {r['n_serps']:,} | {r['n_train']:,} | {r['n_rows'] / r['n_train']:.3f} | "
+                     + " | ".join(f"{s[k]:.1f} ({rss[k]:.1f})" for k in STAGE_NAMES)
+                     + f" | {sum(s.values()):.1f} |")
     if len(results) > 1:
-        lines += ["", "Log-log slope of time against SERPs between consecutive sizes (1.0 = linear):", "",
+        lines += ["", "Log-log slope of stage time against SERPs between consecutive sizes (1.0 = linear), and "
+                  "the time ratio:", "",
                   "| quantity | " + " | ".join(f"{a['n_serps']:,} → {b['n_serps']:,}"
                                               for a, b in zip(results, results[1:])) + " |",
                   "|---|" + "---|" * (len(results) - 1)]
-        quantities = [(f"stage {k}", lambda r, k=k: r["stages"][k]) for k in results[0]["stages"]]
-        quantities += [(f"{m} s/iter", lambda r, m=m: r["fit"][m]["spark_s_per_iter"]) for m in results[0]["fit"]]
+        quantities = [(k, lambda r, k=k: r["stages"][k]) for k in STAGE_NAMES]
         quantities.append(("all stages", lambda r: sum(r["stages"].values())))
         for label, get in quantities:
-            lines.append(f"| {label} | " + " | ".join(f"{x:.2f}" for x in slope(results, get)) + " |")
-    if scale is not None:
-        passes = scale["em_pass_s"]
-        lines += ["", f"UBM fit to convergence (benchmarks.fit_scale, fit.tol 1e-4, at most {scale['iterations_cap']} "
-                  "passes, beta prior k auto; target: under CLAX's 148 s on one GPU):", "",
-                  "| train SERPs | packed rows | valid SERPs | fit stage s | passes | converged under fit.tol "
-                  "| EM passes s | s per pass | peak RSS GiB |", "|---|---|---|---|---|---|---|---|---|",
-                  f"| {scale['train_serps']:,} | {scale['packed_rows']:,} | {scale['valid_serps']:,} "
-                  f"| {scale['fit_stage_s']:.1f} | {scale['passes']} | {'yes' if scale['converged'] else 'no'} "
-                  f"| {sum(passes):.1f} "
-                  f"| {sum(passes) / max(1, len(passes)):.2f} | {scale['peak_rss_gb']:.1f} |"]
+            cells = [f"{x:.2f} ({get(b) / get(a):.1f}x)" for x, a, b in
+                     zip(slope(results, get), results, results[1:])]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    refs = [(r, stage, ref) for r in results for stage, ref in r["reference"].items()]
+    if refs:
+        lines += ["", "Stages against their single-process reference (benchmarks/stage_reference.py: pyarrow + numpy, "
+                  "Parquet in and out; ingest on the log written as per-query text):", "",
+                  "| SERPs | stage | Spark s | reference s | ratio reference/Spark | same work |", "|---|---|---|---|---|---|"]
+        for r, stage, ref in refs:
+            spark_s = ref.get("stage_s", r["stages"][stage])
+            lines.append(f"| {r['n_serps']:,} | {stage} | {spark_s:.1f} | {ref['reference_s']:.1f} "
+                         f"| {ref['reference_s'] / spark_s:.3f} | {ref['check']} |")
+    lines += ["", "EM passes of the fit stage (train split; median wall time of a pass, every candidate of the pass):",
+              "", "| SERPs | model | passes | Spark s/pass | numpy s/iter | ratio numpy/Spark "
+              "| max abs diff of global params |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        for name, f in r["fit"].items():
+            lines.append(f"| {r['n_serps']:,} | {name} | {f['passes']} | {f['spark_s_per_iter']:.2f} "
+                         f"| {f.get('numpy_s_per_iter', float('nan')):.2f} | {f.get('ratio', float('nan')):.2f} "
+                         f"| {f.get('max_global_diff', float('nan')):.1e} |")
+    for sc in scale or []:
+        passes = sc["em_pass_s"]
+        lines += ["", f"UBM fit to convergence (benchmarks.fit_scale, {sc['engine']} engine, shuffle_width "
+                  f"{sc['shuffle_width']:g}; target: under CLAX's 148 s on one GPU):", "",
+                  "| train SERPs | packed rows | valid SERPs | fit stage s | passes | EM passes s | peak RSS GiB |",
+                  "|---|---|---|---|---|---|---|",
+                  f"| {sc['train_serps']:,} | {sc['packed_rows']:,} | {sc['valid_serps']:,} "
+                  f"| {sc['fit_stage_s']:.1f} | {sc['passes']} | {sum(passes):.1f} | {sc['peak_rss_gb']:.1f} |"]
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="100000,1000000,5000000")
-    ap.add_argument("--iterations", type=int, default=5)
+    ap.add_argument("--sizes", default="1000000,10000000")
+    ap.add_argument("--iterations", type=int, default=5, help="with --em-reference: the fixed EM passes")
     ap.add_argument("--conf", default=str(PROJECT_ROOT / "conf" / "bench.yaml"))
     ap.add_argument("--workdir", default="/tmp/clickeval-bench")
     ap.add_argument("--shuffle-width", type=float, default=None,
                     help="override ingest.synthetic.shuffle_width (0: one fixed doc list per query)")
+    ap.add_argument("--driver-memory", default="6g", help="spark.driver.memory of the benchmark's session")
+    ap.add_argument("--references-max", type=int, default=1_000_000,
+                    help="the single-process references run at sizes up to this many SERPs")
+    ap.add_argument("--em-reference", action="store_true",
+                    help="fit the plain MLE for --iterations passes and time the numpy EM reference beside it")
     ap.add_argument("--fit-scale", type=int, default=0, metavar="TRAIN_SERPS",
-                    help="then benchmarks.fit_scale's UBM fit to convergence on this many train SERPs "
-                         "(--shuffle-width 0; issue 17: 10000000), in its own process")
-    ap.add_argument("--fit-scale-iterations", type=int, default=400,
-                    help="its cap on passes: high enough that fit.tol, not the cap, ends the fit (the package's "
-                         "default cap, 50, stops a 10M-SERP UBM fit about 15 passes short of tol)")
+                    help="then benchmarks.fit_scale's UBM fit to convergence on this many train SERPs, at this "
+                         "run's shuffle width and at 0 (folded), each in its own process")
     args = ap.parse_args(argv)
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     workdir = Path(args.workdir)
-    spark = session_for(load_config(args.conf), "benchmark")
+    cfg = load_config(args.conf)
+    spark = session_for(load_config(args.conf, {"spark.conf": {**cfg.spark.conf,
+                                                               "spark.driver.memory": args.driver_memory}}),
+                        "benchmark")
     results = []
     try:
         for n in (int(x) for x in args.sizes.split(",")):
             t = time.perf_counter()
-            results.append(run_size(spark, args.conf, n, workdir, args.iterations, args.shuffle_width))
+            results.append(run_size(spark, args.conf, n, workdir, args.iterations, args.shuffle_width,
+                                    references=n <= args.references_max, em_reference=args.em_reference))
             print(f"size {n:,} done in {time.perf_counter() - t:.0f} s", flush=True)
             (workdir / "results.json").write_text(json.dumps(results, indent=1))
     finally:
         spark.stop()
-    scale = None
-    if args.fit_scale:   # a process of its own: its own session, warehouse and peak-memory count
-        scale_dir = workdir / "fit-scale"
+    scale = []
+    for width in ([args.shuffle_width if args.shuffle_width is not None else cfg.ingest.synthetic.shuffle_width, 0.0]
+                  if args.fit_scale else []):   # each in a process of its own: session, warehouse, peak memory
+        scale_dir = workdir / f"fit-scale-w{width:g}"
         subprocess.run([sys.executable, "-m", "benchmarks.fit_scale", "--train-serps", str(args.fit_scale),
-                        "--shuffle-width", "0", "--iterations", str(args.fit_scale_iterations),
-                        "--workdir", str(scale_dir)], check=True)
-        scale = json.loads((scale_dir / "fit_scale.json").read_text())
+                        "--shuffle-width", str(width), "--iterations", "400", "--workdir", str(scale_dir)], check=True)
+        scale.append(json.loads((scale_dir / "fit_scale.json").read_text()))
     print(markdown(results, args, started, scale))
     return 0
 

@@ -93,6 +93,15 @@ def n_blocks_for(n_serps: int, block_serps: int | None = None) -> int:
     return max(MIN_BLOCKS, math.ceil(n_serps / (block_serps or BLOCK_SERPS)))
 
 
+def cluster_slots(df: DataFrame) -> int:
+    """Tasks the cluster runs at once now (0 with dynamic allocation: barrier mode refuses it)."""
+    sc = df.sparkSession.sparkContext
+    if sc.getConf().get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+        return 0
+    jsc = sc._jsc.sc()   # no public API for the slot count; the barrier scheduler checks this same number
+    return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+
+
 def checkpointed(df: DataFrame, *, keep_cached: bool = False) -> DataFrame:
     """``df`` computed once, its lineage cut where a lost executor's partitions are rebuilt from.
 
@@ -178,8 +187,11 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None, fol
 
     block_of = (lookup([g.first_block for g in groups])
                 + F.pmod(F.xxhash64(F.lit("clickeval-block"), F.col("query_id")), lookup([g.n_blocks for g in groups])))
-    # one block per task when alone; with groups, as many tasks as the whole log would get blocks
+    # one block per task when alone; with groups, as many tasks as the whole log would get blocks; and no more
+    # tasks than the cluster runs at once (without dynamic allocation): then a resident EM stage, one task per
+    # slot, starts on these partitions as they are, not on a shuffle of every block (10M SERPs: 21 s)
     n_tasks = n_blocks if len(groups) == 1 else n_blocks_for(sum(map(sum, counts.values())), block_serps)
+    n_tasks = min(n_tasks, cluster_slots(prep) or n_tasks)
     rows = prep.select(block_of.cast("int").alias("block"), "held_out", "query_id", "doc_ids", "clicks")
     if fold:
         rows = rows.groupBy(*rows.columns).agg(F.count(F.lit(1)).alias("weight"))
@@ -247,7 +259,7 @@ def qd_table(blocks: DataFrame, packed: DataFrame, model: ClickModel, slots: tup
 
 
 def sample_of(packed: PackedLog, serps: int) -> PackedLog | None:
-    """The packed log's first blocks holding about ``serps`` SERPs (training and held out): a sample of whole
+    """Blocks of the packed log holding about ``serps`` SERPs (training and held out): a sample of whole
     queries, since a query's SERPs all hash to one block; None when the log is not larger than that.
 
     One group only (the fit stage's log); its counts are those of the blocks kept.
@@ -256,7 +268,10 @@ def sample_of(packed: PackedLog, serps: int) -> PackedLog | None:
     n = math.ceil(group.n_blocks * serps / max(1, group.n_serps + group.n_held_out))
     if n >= group.n_blocks:
         return None
-    kept = packed.blocks.where(F.col("block") < group.first_block + n)
+    # spread over the range of blocks, so over the partitions (range-partitioned on the block): every task
+    # of the packed log's partitioning gets its share of the sample
+    ids = sorted({group.first_block + i * group.n_blocks // n for i in range(n)})
+    kept = packed.blocks.where(F.col("block").isin(ids))
     n_serps, n_held_out = block_counts(kept)
     return PackedLog(kept, packed.max_rank, (BlockGroup(group.first_block, n, n_serps, n_held_out),))
 

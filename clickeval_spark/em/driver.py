@@ -17,11 +17,11 @@ import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from clickeval_spark.em.blocks import PackedLog, checkpointed, pack_serps, qd_table, sample_of
+from clickeval_spark.em.blocks import PackedLog, checkpointed, cluster_slots, pack_serps, qd_table, sample_of
 from clickeval_spark.em.candidates import Candidate, candidate_prior
 from clickeval_spark.em.options import EMOptions
 from clickeval_spark.em.passes import EngineLost, Passes
-from clickeval_spark.em.resident import ResidentPasses, cluster_slots
+from clickeval_spark.em.resident import ResidentPasses
 from clickeval_spark.em.stage_passes import StagePasses
 from clickeval_spark.models.base import INIT_VALUE, ClickModel
 from clickeval_spark.fitted import FittedModel

@@ -106,15 +106,6 @@ def decode_plans(buf) -> list[PassPlan] | None:
             for p in msg["plans"]]
 
 
-def cluster_slots(df: DataFrame) -> int:
-    """Tasks the cluster runs at once now (0 with dynamic allocation: barrier mode refuses it)."""
-    sc = df.sparkSession.sparkContext
-    if sc.getConf().get("spark.dynamicAllocation.enabled", "false").lower() == "true":
-        return 0
-    jsc = sc._jsc.sc()   # no public API for the slot count; the barrier scheduler checks this same number
-    return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
-
-
 def _task_fn(model: ClickModel, first_blocks: tuple[int, ...], address: tuple[str, int], token: bytes):
     """The barrier task: decode the blocks of its partition, then run passes until the driver says finish."""
 
@@ -157,7 +148,7 @@ def _task_fn(model: ClickModel, first_blocks: tuple[int, ...], address: tuple[st
 
 class ResidentPasses:
     """The passes of one fit in one barrier stage over ``blocks`` (a packed log's, or PASS_SCHEMA rows), in at
-    most ``n_tasks`` tasks (no more than the cluster's slots: `cluster_slots`).
+    most ``n_tasks`` tasks (no more than the cluster's slots: `blocks.cluster_slots`).
 
     ``run(plans)`` is one pass, with `blocks.run_iteration`'s sums; ``finish()`` ends the stage and
     returns the blocks with their final state; ``close()`` cancels the stage if it is still running.

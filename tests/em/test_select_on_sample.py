@@ -25,8 +25,9 @@ def fits(spark):
     log = Log(model, n_serps=2400, M=M, seed=23, n_queries=160)
     held = np.arange(len(log.rows)) % 4 == 0
     train_df, valid_df = _split(spark, log, held)
-    # the blocks' rule (blocks.pack_log), written out: a query's SERPs go to block xxhash64 mod 4
-    in_sample = F.pmod(F.xxhash64(F.lit("clickeval-block"), F.col("query_id")), F.lit(4)) < 2
+    # the blocks' rule (blocks.pack_log), written out: a query's SERPs go to block xxhash64 mod 4; the sample's
+    # 2 blocks of 4 are spread over the range: 0 and 2
+    in_sample = F.pmod(F.xxhash64(F.lit("clickeval-block"), F.col("query_id")), F.lit(4)).isin(0, 2)
     packed = pack_serps(train_df, max_rank=M, held_out=valid_df)
     alone = pack_serps(train_df.where(in_sample), max_rank=M, held_out=valid_df.where(in_sample))
     try:
@@ -39,7 +40,7 @@ def fits(spark):
         alone.unpersist()
 
 
-def test_the_sample_is_whole_queries_of_the_first_blocks(fits):
+def test_the_sample_is_whole_queries_of_blocks_spread_over_the_log(fits):
     assert fits["sampled"].selection["sample"] == {"blocks": 2, "of_blocks": 4, "train_serps": fits["n_sample"][0],
                                                    "valid_serps": fits["n_sample"][1]}
     assert 900 < sum(fits["n_sample"]) < 1500

@@ -137,7 +137,7 @@ def test_auto_engine_choice(spark, monkeypatch):
     log = Log(get_model("pbm"), n_serps=60, M=3, seed=81)
     packed = blocks.pack_serps(log.df(spark), max_rank=3)
     try:
-        assert resident.cluster_slots(packed.blocks) == 2
+        assert blocks.cluster_slots(packed.blocks) == 2
         assert driver.resident_tasks(packed, get_model("pbm"), "auto") == 2
         assert driver.resident_tasks(packed, get_model("dctr"), "auto") == 0
         assert driver.resident_tasks(packed, get_model("pbm"), "stages") == 0
