@@ -262,7 +262,8 @@ def sample_of(packed: PackedLog, serps: int) -> PackedLog | None:
     """Blocks of the packed log holding about ``serps`` SERPs (training and held out): a sample of whole
     queries, since a query's SERPs all hash to one block; None when the log is not larger than that.
 
-    One group only (the fit stage's log); its counts are those of the blocks kept.
+    One group only (the fit stage's log). The sample's group counts the blocks kept and their SERPs; its
+    blocks keep their numbers, which are not consecutive (only `first_block` locates the group).
     """
     [group] = packed.groups
     n = math.ceil(group.n_blocks * serps / max(1, group.n_serps + group.n_held_out))
@@ -273,7 +274,7 @@ def sample_of(packed: PackedLog, serps: int) -> PackedLog | None:
     ids = sorted({group.first_block + i * group.n_blocks // n for i in range(n)})
     kept = packed.blocks.where(F.col("block").isin(ids))
     n_serps, n_held_out = block_counts(kept)
-    return PackedLog(kept, packed.max_rank, (BlockGroup(group.first_block, n, n_serps, n_held_out),))
+    return PackedLog(kept, packed.max_rank, (BlockGroup(group.first_block, len(ids), n_serps, n_held_out),))
 
 
 def block_counts(blocks: DataFrame) -> tuple[int, int]:
