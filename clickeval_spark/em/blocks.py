@@ -187,11 +187,12 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None, fol
 
     block_of = (lookup([g.first_block for g in groups])
                 + F.pmod(F.xxhash64(F.lit("clickeval-block"), F.col("query_id")), lookup([g.n_blocks for g in groups])))
-    # one block per task when alone; with groups, as many tasks as the whole log would get blocks; and no more
-    # tasks than the cluster runs at once (without dynamic allocation): then a resident EM stage, one task per
-    # slot, starts on these partitions as they are, not on a shuffle of every block (10M SERPs: 21 s)
-    n_tasks = n_blocks if len(groups) == 1 else n_blocks_for(sum(map(sum, counts.values())), block_serps)
-    n_tasks = min(n_tasks, cluster_slots(prep) or n_tasks)
+    # packed about one block per task (a task's memory is a few blocks' rows, whatever the log's size); with
+    # groups, as many tasks as the whole log would get blocks
+    n_parts = n_blocks if len(groups) == 1 else n_blocks_for(sum(map(sum, counts.values())), block_serps)
+    # then kept in no more partitions than the cluster runs tasks at once (without dynamic allocation): a
+    # resident EM stage, one task per slot, starts on them as they are, not on a shuffle of every block
+    n_tasks = min(n_parts, cluster_slots(prep) or n_parts)
     rows = prep.select(block_of.cast("int").alias("block"), "held_out", "query_id", "doc_ids", "clicks")
     if fold:
         rows = rows.groupBy(*rows.columns).agg(F.count(F.lit(1)).alias("weight"))
@@ -199,7 +200,7 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None, fol
         rows = rows.withColumn("weight", F.lit(1).cast("long"))
     # a block's rows meet in one partition by a hash of the block, and are grouped there in Arrow: no sort
     # of the rows by Spark (`groupBy().applyInArrow` sorts every row, lists and all, to group them)
-    packed = rows.repartition(n_tasks, "block").mapInArrow(pack, BLOCK_SCHEMA).cache()
+    packed = rows.repartition(n_parts, "block").mapInArrow(pack, BLOCK_SCHEMA).cache()
     packed.count()   # packed once: the range partitioning below samples its input, which would pack it again
     # range partitioning on the block number: a task's blocks are consecutive
     blocks = checkpointed(packed.repartitionByRange(n_tasks, "block"), keep_cached=True)
