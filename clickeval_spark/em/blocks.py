@@ -36,7 +36,6 @@ BLOCK_SERPS = 262144
 #: at least this many blocks, so small logs still use every core of a small cluster
 MIN_BLOCKS = 4
 
-
 BLOCK_SCHEMA = T.StructType([
     T.StructField("block", T.IntegerType(), False),
     T.StructField("data", T.BinaryType(), False),
@@ -151,7 +150,6 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None, fol
         prep = prep.withColumn("held_out", F.lit(False))
     if "group" not in prep.columns:
         prep = prep.withColumn("group", F.lit(0))
-    # one row per group: the surrogate's few dozen logs at most
     # one row per group: the surrogate's few dozen logs at most
     counts = {int(r["group"]): (int(r["all"]) - int(r["held_out"]), int(r["held_out"])) for r in
               prep.groupBy("group").agg(F.count(F.lit(1)).alias("all"),

@@ -112,7 +112,7 @@ def _fit(packed: PackedLog, model: ClickModel, opts: EMOptions, engine: Callable
     pooled = any(f.k > 0 and f.m is None for c in cands for f in (*c.prior.qd.values(), *c.prior.glob.values()))
     for c in cands:
         _set_start(c, pooled)
-    sampled = _select_on_sample(packed, model, opts, cands, grids, engine, n_passes, pooled, log)
+    sampled = _select_on_sample(packed, model, opts, prior, cands, grids, engine, n_passes, pooled, log)
     if sampled is not None:   # only the chosen candidate goes on, from the start, on the whole log
         cands, sample_selection = sampled
     passes = None
@@ -162,9 +162,9 @@ def _run(packed: PackedLog, model: ClickModel, opts: EMOptions, cands: list[Cand
     return final
 
 
-def _select_on_sample(packed: PackedLog, model: ClickModel, opts: EMOptions, cands: list[Candidate], grids: list,
-                      engine: Callable[[PackedLog], Passes], n_passes: int, pooled: bool, log: logging.Logger,
-                      ) -> tuple[list[Candidate], dict] | None:
+def _select_on_sample(packed: PackedLog, model: ClickModel, opts: EMOptions, prior, cands: list[Candidate],
+                      grids: list, engine: Callable[[PackedLog], Passes], n_passes: int, pooled: bool,
+                      log: logging.Logger) -> tuple[list[Candidate], dict] | None:
     """On a log larger than ``opts.select_serps``, the candidates of ``k: auto`` compete on a sample of whole
     queries (`blocks.sample_of`) instead of the whole log: (the chosen candidate, fresh, as the only one;
     the selection record). None: every candidate runs on the whole log.
@@ -194,7 +194,7 @@ def _select_on_sample(packed: PackedLog, model: ClickModel, opts: EMOptions, can
     selection = _selection(cands, mine, slot, grids[0], group.n_held_out, model, log)
     selection["sample"] = {"blocks": group.n_blocks, "of_blocks": packed.groups[0].n_blocks,
                            "train_serps": group.n_serps, "valid_serps": group.n_held_out}
-    fresh = _candidates(packed, model, opts, opts.prior or model_prior(model, packed.max_rank))[1][mine[slot]]
+    fresh = _candidates(packed, model, opts, prior)[1][mine[slot]]
     _set_start(fresh, pooled)
     return [fresh], selection
 
