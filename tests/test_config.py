@@ -21,8 +21,9 @@ def test_checkpoint_settings():
     local, cluster = load_config(CONF / "local.yaml"), load_config(CONF / "cluster.yaml")
     assert (local.spark.checkpoint_dir, local.fit.checkpoint_interval) == (None, 10)
     assert cluster.spark.checkpoint_dir == "s3a://my-search-logs/clickeval/checkpoints"
-    # the cluster example recovers EM from those checkpoints (the stage engine); embedded runs pick for themselves
-    assert (local.fit.engine, cluster.fit.engine) == ("auto", "stages")
+    # both pick the engine for themselves: resident on static slots, stages (recovered from those checkpoints)
+    # under dynamic allocation or after a lost resident stage
+    assert (local.fit.engine, cluster.fit.engine) == ("auto", "auto")
 
 
 def _load(tmp_path, text, **overrides):

@@ -122,30 +122,29 @@ class StandaloneCluster:
         for proc, log in started:
             _wait_for_line(proc, log, r"Successfully registered with master", timeout)
 
-    def submit(self, dist: Path, job: str, job_args: list[str], *, cwd: Path, timeout: float = 900) -> Submission:
+    def submit(self, dist: Path, job: str, job_args: list[str], *, cwd: Path, timeout: float = 900,
+               driver_memory: str = "1g", executor_memory: str = "768m", conf: dict[str, str] | None = None,
+               ci_speed: bool = True) -> Submission:
         """deploy/cluster/submit.sh for one job (a stage, or `pipeline`), plus what this cluster's shape
         needs: the driver on loopback, executors within the workers' memory, no UI ports, and no 3 s wait
-        per task for a "better" executor when every executor is on the same host. Expressions run
-        interpreted (tests/spark_settings.py): CI is CPU-bound, and these submits were its longest item."""
+        per task for a "better" executor when every executor is on the same host. ``ci_speed``: JVMs that
+        live a minute (C1 only, serial GC) and expressions run interpreted (tests/spark_settings.py): CI is
+        CPU-bound, and these submits were its longest item; a benchmark (benchmarks/cluster_memory.py) runs
+        Spark's defaults. ``conf``: more Spark settings."""
         log = self.root / f"submit-{job}.log"
-        cmd = [
-            "bash", str(SUBMIT_SH), job, "--master", self.master_url,
-            "--driver-memory", "1g",
-            "--conf", "spark.driver.host=127.0.0.1",
-            "--conf", "spark.driver.bindAddress=127.0.0.1",
-            "--conf", "spark.executor.memory=768m",
-            "--conf", "spark.ui.enabled=false",
-            "--conf", "spark.locality.wait=0s",
-            "--conf", f"spark.driver.extraJavaOptions={SHORT_LIVED_JVM}",
-            "--conf", f"spark.executor.extraJavaOptions={SHORT_LIVED_JVM}",
-            *(arg for key, value in INTERPRETED.items() for arg in ("--conf", f"{key}={value}")),
-            "--", *job_args,
-        ]
+        speed = {"spark.driver.extraJavaOptions": SHORT_LIVED_JVM, "spark.executor.extraJavaOptions": SHORT_LIVED_JVM,
+                 **INTERPRETED} if ci_speed else {}
+        settings = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+                    "spark.executor.memory": executor_memory, "spark.ui.enabled": "false",
+                    "spark.locality.wait": "0s", **speed, **(conf or {})}
+        cmd = ["bash", str(SUBMIT_SH), job, "--master", self.master_url, "--driver-memory", driver_memory,
+               *(arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")),
+               "--", *job_args]
         env = spark_env(DIST=str(dist), SPARK_SUBMIT=str(SPARK_HOME / "bin" / "spark-submit"))
         t0 = time.monotonic()
         with log.open("wb") as out:
             proc = subprocess.run(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out,
-                                  stderr=subprocess.STDOUT, timeout=timeout)
+                                  stderr=subprocess.STDOUT, timeout=timeout, start_new_session=True)
         return Submission(job, proc.returncode, time.monotonic() - t0, log)
 
     def stop(self, grace: float = 30) -> None:
