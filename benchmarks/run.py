@@ -261,11 +261,12 @@ def predict_reference(ctx: StageContext, inputs: dict, ref_dir: Path) -> dict:
 
 def evaluate_reference(ctx: StageContext, inputs: dict, ref_dir: Path) -> dict:
     """The metrics of every model's reference predictions; checked against the stage's metric values."""
-    ecfg, names = ctx.cfg.evaluate, list(ctx.cfg.fit.models)
+    # every model the predict stage predicted: the fitted ones and, on a simulated log, `truth`
+    ecfg, params = ctx.cfg.evaluate, inputs["params"]
     opts = MetricOptions.from_config(ecfg, ctx.cfg.fit.max_rank)
     rows, ref_s = timed(lambda: SR.evaluate(
-        {m: ref_dir / m / "predictions.parquet" for m in names}, inputs["serps"], inputs["labels"],
-        {m: ref_dir / m / "scores.parquet" for m in names if get_model(m).qd_params}, opts, ecfg.splits,
+        {m: ref_dir / m / "predictions.parquet" for m in params}, inputs["serps"], inputs["labels"],
+        {m: ref_dir / m / "scores.parquet" for m, p in params.items() if p.model.qd_params}, opts, ecfg.splits,
         ecfg.reference_model))
     mine = {(r["model"], r["split"], r["metric"], r["cutoff"]): r["value"] for r in rows}
     stage = {(r["model"], r["split"], r["metric"], r["cutoff"]): r["value"]
