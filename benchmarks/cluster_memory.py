@@ -95,6 +95,9 @@ def bench_config(serps: int, engine: str, shuffle_partitions: int) -> dict:
     cfg["env"] = "cluster-memory"
     cfg["spark"] = {"mode": "cluster", "master": None, "warehouse": "warehouse", "conf": {
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        # what the stages keep between jobs stays on disk: with MEMORY_AND_DISK, 1g executors ran out of heap
+        # reading such blocks back from disk (the first run, benchmarks/RESULTS.md)
+        "spark.sql.defaultCacheStorageLevel": "DISK_ONLY",
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.python.daemon.module": "clickeval_spark.python_daemon"}}
     cfg["ingest"].update(dataset=f"cluster-{serps}")

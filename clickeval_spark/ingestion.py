@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Iterator
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from clickeval_spark.config import IngestConfig
 from clickeval_spark.errors import ConfigError, InputError
+from clickeval_spark.session import cache_level
 from clickeval_spark.sources import canonical, per_query_text, tiangong, yandex
 from clickeval_spark.sources.files import input_files, same_file, shown
 from clickeval_spark.splits import assign_splits
@@ -158,7 +158,7 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
     are read here, in the first count: a file that cannot be read, or that holds no record,
     fails the job with an InputError naming it.
     """
-    parsed = assign_splits(with_log_date(serps_parsed, cfg.log_date), cfg.split).persist(StorageLevel.MEMORY_AND_DISK)
+    parsed = assign_splits(with_log_date(serps_parsed, cfg.log_date), cfg.split).persist(cache_level(spark))
     checked = check_serps(parsed, max_rank=cfg.max_rank)
     serps = checked.accepted.withColumn("ingest_run_id", F.lit(run_id))
     quarantine = checked.quarantined
@@ -172,7 +172,7 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
 
     labels = None
     if labels_parsed is not None:
-        labels_parsed = labels_parsed.persist(StorageLevel.MEMORY_AND_DISK)
+        labels_parsed = labels_parsed.persist(cache_level(spark))
         label_check = check_labels(labels_parsed)
         labels = with_log_date(attach_labels_to_serps(label_check.accepted, checked.accepted), cfg.log_date).withColumn(
             "ingest_run_id", F.lit(run_id)
@@ -206,7 +206,7 @@ def quarantine_check(out: IngestOutput, cfg: IngestConfig) -> tuple[dict[str, in
     write that follows does not recompute it.
     """
     with reading_inputs():
-        per_rule = (out.quarantine.persist(StorageLevel.MEMORY_AND_DISK)
+        per_rule = (out.quarantine.persist(cache_level(out.quarantine.sparkSession))
                     .groupBy("target", "rule").agg(F.count(F.lit(1)).alias("n")).collect())
     targets = [("serps", "serps", out.counts["serps_read"], list(cfg.paths.values()) or ["synthetic log"])]
     if "labels_read" in out.counts:

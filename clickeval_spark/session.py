@@ -8,6 +8,7 @@ import subprocess
 import sys
 from typing import Mapping
 
+from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 
 DELTA_CONF = {
@@ -37,6 +38,28 @@ def with_task_retries(master: str | None, conf: Mapping[str, str]) -> str | None
     if failures < 1:
         raise ValueError(f"spark.task.maxFailures must be >= 1, got {failures}")
     return f"local[{match.group(1) or 1},{failures}]"
+
+
+#: Spark's own setting for `DataFrame.cache()`'s storage level; the pipeline's caches and local checkpoints
+#: (`cache_level`) follow it too
+CACHE_LEVEL_CONF = "spark.sql.defaultCacheStorageLevel"
+
+
+def cache_level(spark: SparkSession, default: StorageLevel | None = StorageLevel.MEMORY_AND_DISK
+                ) -> StorageLevel | None:
+    """The storage level of what the pipeline keeps between jobs (the ingest's parsed input, EM's packed
+    blocks and local checkpoints): Spark's ``spark.sql.defaultCacheStorageLevel`` when set, else ``default``
+    (None: Spark's own default of the call).
+
+    DISK_ONLY bounds an executor's heap by its running tasks: with MEMORY_AND_DISK a cached block that went
+    to disk is read back into the heap whole, and executors of 1g ran out of heap doing that at 5M SERPs
+    (benchmarks/cluster_memory.py, benchmarks/RESULTS.md)."""
+    name = spark.conf.get(CACHE_LEVEL_CONF, None)
+    if name is None:
+        return default
+    # Spark checked the name when it was set; its JVM parses it as Dataset.cache() does
+    j = spark.sparkContext._jvm.org.apache.spark.storage.StorageLevel.fromString(name.strip().upper())
+    return StorageLevel(j.useDisk(), j.useMemory(), j.useOffHeap(), j.deserialized(), j.replication())
 
 
 def build_session(

@@ -26,6 +26,7 @@ from pyspark.sql import types as T
 from clickeval_spark.em.codec import decode_data, decode_keys, group_of, pack_block
 from clickeval_spark.fitted.attach import truncate_serps
 from clickeval_spark.models.base import ClickModel
+from clickeval_spark.session import cache_level
 
 #: SERPs per block: enough that a task's numpy work dwarfs its scheduling cost (a Python task costs ~0.1 s
 #: per pass), small enough that a block's arrays stay ~13 MB (50 bytes per SERP of 10 ranks); the paired
@@ -111,7 +112,7 @@ def checkpointed(df: DataFrame, *, keep_cached: bool = False) -> DataFrame:
     ``df``'s own cache, if any, is released.
     """
     if df.sparkSession.sparkContext.getCheckpointDir() is None:
-        out = df.localCheckpoint(eager=True)
+        out = df.localCheckpoint(eager=True, storageLevel=cache_level(df.sparkSession, None))
         df.unpersist()
         return out
     if not df.is_cached:  # the checkpoint's count fills the cache, its write job reads it: df is computed once

@@ -38,6 +38,7 @@ from clickeval_spark.em.passes import EngineLost, PassPlan
 from clickeval_spark.em.step import BlockArrays
 from clickeval_spark.em.sums import block_pass, pass_plans, stats_layout, sum_block_stats
 from clickeval_spark.models.base import ClickModel
+from clickeval_spark.session import cache_level
 
 _LENGTH = struct.Struct("<q")
 _TOKEN_BYTES = 32
@@ -188,7 +189,7 @@ class ResidentPasses:
         """The barrier job (in its own thread): it runs until the driver sends finish."""
         self._sc.setJobGroup(self._group, "clickeval resident EM passes", interruptOnCancel=True)
         try:
-            self._final = stage.localCheckpoint(eager=True)
+            self._final = stage.localCheckpoint(eager=True, storageLevel=cache_level(stage.sparkSession, None))
         except BaseException as e:   # reported to the driver's waits
             self._error = e
 

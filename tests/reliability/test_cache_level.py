@@ -1,0 +1,63 @@
+"""What the pipeline keeps between jobs follows Spark's spark.sql.defaultCacheStorageLevel (issue 36: executors
+of 1g ran out of heap reading MEMORY_AND_DISK blocks back from disk; DISK_ONLY keeps them out of the heap)."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark import StorageLevel
+from pyspark.sql import types as T
+
+from clickeval_spark.config import IngestConfig
+from clickeval_spark.em import blocks
+from clickeval_spark.ingestion import run_ingest
+from clickeval_spark.session import CACHE_LEVEL_CONF, cache_level
+from clickeval_spark.sources.parsed import to_parsed
+
+
+@pytest.fixture
+def disk_only(spark):
+    spark.conf.set(CACHE_LEVEL_CONF, "disk_only")
+    try:
+        yield
+    finally:
+        spark.conf.unset(CACHE_LEVEL_CONF)
+
+
+def _rdd_level(df) -> StorageLevel:
+    """The storage level of the RDD behind a local checkpoint (as `blocks.release` reaches it)."""
+    j = df._jdf.queryExecution().analyzed().rdd().getStorageLevel()
+    return StorageLevel(j.useDisk(), j.useMemory(), j.useOffHeap(), j.deserialized(), j.replication())
+
+
+def test_unset_keeps_each_call_s_default(spark):
+    assert spark.conf.get(CACHE_LEVEL_CONF, None) is None
+    assert cache_level(spark) == StorageLevel.MEMORY_AND_DISK
+    assert cache_level(spark, None) is None
+    out = blocks.checkpointed(spark.range(7))
+    try:
+        assert _rdd_level(out) == StorageLevel(True, True, False, True, 1)   # Spark's own local checkpoint level
+    finally:
+        blocks.release(out)
+
+
+def test_disk_only_reaches_local_checkpoints_and_the_ingest(spark, disk_only):
+    assert cache_level(spark) == StorageLevel.DISK_ONLY == cache_level(spark, None)
+    out = blocks.checkpointed(spark.range(7))
+    try:
+        assert _rdd_level(out) == StorageLevel.DISK_ONLY and out.count() == 7
+    finally:
+        blocks.release(out)
+    schema = T.StructType([T.StructField(c, T.StringType()) for c in ("session_id", "serp_id", "query_id")]
+                          + [T.StructField("doc_ids", T.ArrayType(T.StringType())),
+                             T.StructField("clicks", T.ArrayType(T.IntegerType()))])
+    rows = spark.createDataFrame([("s1", "s1:0", "q1", ["d1", "d2"], [0, 1]),
+                                  ("s2", "s2:0", "q2", ["d3"], [1])], schema)
+    out = run_ingest(spark, IngestConfig(format="parquet", paths={"all": "/unused"}), to_parsed(
+        rows.selectExpr("'test' as source", "monotonically_increasing_id() + 1 as line", "serp_id as raw",
+                        "'d' as dataset", "*")), None, "r1")
+    try:
+        assert out.counts == {"serps_read": 2}
+        cached = [r.storageLevel() for r in spark.sparkContext._jsc.sc().getRDDStorageInfo()]
+        assert cached and all(level.description().startswith("Disk Serialized") for level in cached), cached
+    finally:
+        spark.catalog.clearCache()
