@@ -88,12 +88,14 @@ class ProcessPeaks:
             self._stop.wait(self.every)
 
 
-def bench_config(serps: int, engine: str, shuffle_partitions: int) -> dict:
+def bench_config(serps: int, engine: str, shuffle_partitions: int, checkpoints: Path) -> dict:
     """conf/bench.yaml's log and stages as a cluster job's config: relative warehouse and report, the
-    package's fit defaults, the cluster's engine."""
+    package's fit defaults, the cluster's engine, EM checkpoints on storage every process reads (as
+    conf/cluster.yaml's bucket: an executor lost mid-fit costs a recomputation, not the fit)."""
     cfg = yaml.safe_load((PROJECT_ROOT / "conf" / "bench.yaml").read_text())
     cfg["env"] = "cluster-memory"
-    cfg["spark"] = {"mode": "cluster", "master": None, "warehouse": "warehouse", "conf": {
+    cfg["spark"] = {"mode": "cluster", "master": None, "warehouse": "warehouse",
+                    "checkpoint_dir": checkpoints.as_uri(), "conf": {
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         # what the stages keep between jobs stays on disk: with MEMORY_AND_DISK, 1g executors ran out of heap
         # reading such blocks back from disk (the first run, benchmarks/RESULTS.md)
@@ -176,7 +178,7 @@ def main(argv=None) -> int:
                    env={**os.environ, "PYTHON": sys.executable}, capture_output=True)
     print(f"deploy/package.sh: {time.monotonic() - t0:.0f} s", flush=True)
     conf = work / "driver" / "cluster-memory.yaml"
-    conf.write_text(yaml.safe_dump(bench_config(args.serps, engine, args.shuffle_partitions), sort_keys=False))
+    conf.write_text(yaml.safe_dump(bench_config(args.serps, engine, args.shuffle_partitions, work / "checkpoints"), sort_keys=False))
     cluster = StandaloneCluster(work / "cluster", workers=2, worker_memory=args.executor_memory)
     cluster.root.mkdir()
     day = datetime.now(timezone.utc).strftime("%Y-%m-%d")

@@ -186,7 +186,7 @@ def _select_on_sample(packed: PackedLog, model: ClickModel, opts: EMOptions, pri
     try:
         passes = engine(sample)
         _run(sample, model, opts, cands, passes, n_passes, pooled, log)
-        passes.finish()   # the stage ends as a fit's does, not cancelled (its tasks would log a lost socket)
+        passes.end()   # the stage ends as a fit's does, not cancelled (its tasks would log a lost socket)
     finally:
         if passes is not None:
             passes.close()

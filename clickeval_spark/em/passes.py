@@ -50,6 +50,9 @@ class Passes(Protocol):
     def finish(self) -> DataFrame:
         """The blocks with their final state (`blocks.PASS_SCHEMA` rows), for `blocks.qd_table`."""
 
+    def end(self) -> None:
+        """End the passes without their final state (a selection sample's: only its sums were wanted)."""
+
     def close(self) -> None:
         """Release what the engine holds (its stage, sockets, the blocks `finish` returned); safe to repeat."""
 

@@ -86,10 +86,11 @@ def _unarray(d: dict) -> np.ndarray:
     return np.array(d["values"], dtype=np.float64).reshape(d["shape"])
 
 
-def encode_plans(plans: list[PassPlan] | None) -> bytes:
-    """A pass's plans (None: finish) as JSON: the tasks parse data, never code (no pickle on a socket)."""
+def encode_plans(plans: list[PassPlan] | None, keep_state: bool = True) -> bytes:
+    """A pass's plans (None: finish, the tasks then return their blocks' states, or none without
+    ``keep_state``) as JSON: the tasks parse data, never code (no pickle on a socket)."""
     if plans is None:
-        return json.dumps({"command": "finish"}).encode()
+        return json.dumps({"command": "finish", "keep_state": keep_state}).encode()
     return json.dumps({"command": "pass", "plans": [
         {"mode": p.mode, "g": {k: _array(v) for k, v in p.g.items()},
          "update": None if p.update is None else [_array(a) for a in p.update],
@@ -126,8 +127,11 @@ def _task_fn(model: ClickModel, first_blocks: tuple[int, ...], address: tuple[st
                              dtype=np.int64)
             _send(sock, token + hello.tobytes())
             while True:
-                plans = decode_plans(_recv(sock))
+                msg = _recv(sock)
+                plans = decode_plans(msg)
                 if plans is None:   # finish
+                    if not json.loads(bytes(msg))["keep_state"]:   # `end`: the states go nowhere
+                        states, vecs = [None] * len(ids), []
                     break
                 plans, lanes = pass_plans(plans, len(first_blocks))
                 vecs = []
@@ -152,7 +156,8 @@ class ResidentPasses:
     most ``n_tasks`` tasks (no more than the cluster's slots: `blocks.cluster_slots`).
 
     ``run(plans)`` is one pass, with `blocks.run_iteration`'s sums; ``finish()`` ends the stage and
-    returns the blocks with their final state; ``close()`` cancels the stage if it is still running.
+    returns the blocks with their final state, ``end()`` ends it without them; ``close()`` cancels the stage
+    if it is still running.
     """
 
     def __init__(self, blocks: DataFrame, model: ClickModel, M: int, first_blocks: tuple[int, ...],
@@ -272,6 +277,16 @@ class ResidentPasses:
             release(final)
         self._finished = self._final
         return self._finished
+
+    def end(self) -> None:
+        """End the stage as `finish` does, but the tasks return no state: a selection sample's 18 candidates'
+        states are hundreds of MB per block (DBN), which a 1g executor cannot take in as one row."""
+        self._send_all(encode_plans(None, keep_state=False))
+        self._thread.join()
+        self._alive()
+        self._stop()
+        release(self._final)
+        self._final = None
 
     def close(self) -> None:
         """Cancel the stage if it still runs, close every socket, release the finished blocks."""

@@ -90,6 +90,9 @@ class StagePasses:
     def finish(self) -> DataFrame:
         return self._blocks
 
+    def end(self) -> None:
+        self.close()
+
     def close(self) -> None:
         self._drop()
         self._blocks = self._packed.blocks

@@ -165,3 +165,39 @@ def test_pass_plans_cross_the_socket_as_exact_json():
         assert {k: (v.shape, v.tobytes()) for k, v in p.g.items()} == {k: (v.shape, v.tobytes()) for k, v in q.g.items()}
     assert [a.tobytes() for a in back[0].update] == [a.tobytes() for a in plans[0].update] and back[1].update is None
     assert resident.decode_plans(resident.encode_plans(None)) is None
+
+
+def test_end_returns_no_state_and_frees_the_stage(spark, monkeypatch):
+    """`end` (a selection sample's passes): the barrier job completes, its rows carry no state or sums (18
+    candidates' states of a DBN block are hundreds of MB: a 1g executor ran out of heap taking them in), and
+    the checkpointed rows are released; `finish` after the same pass returns every block's state."""
+    model, M = get_model("dbn"), 4
+    log = Log(model, n_serps=200, M=M, seed=83)
+    packed = blocks.pack_serps(log.df(spark), max_rank=M)
+    released = []
+    real_release = resident.release
+
+    def spy(df):
+        released.append(sorted((r["block"], r["state"], r["stats"]) for r in df.collect()))
+        real_release(df)
+
+    monkeypatch.setattr(resident, "release", spy)
+    plan = passes.PassPlan("step", {k: np.asarray(v, dtype=np.float64) for k, v in model.init_global(M).items()}, None)
+    try:
+        for how in ("end", "finish"):
+            engine = resident.ResidentPasses(packed.blocks, model, M, packed.first_blocks, 2)
+            try:
+                engine.run([plan, plan])
+                if how == "end":
+                    assert engine.end() is None and not engine._thread.is_alive() and engine._final is None
+                    [rows] = released
+                    assert [b for b, _, _ in rows] == list(range(packed.n_blocks))
+                    assert all(state is None and stats is None for _, state, stats in rows)
+                else:
+                    states = {r["block"]: r["state"] for r in engine.finish().collect()}
+                    assert sorted(states) == list(range(packed.n_blocks))
+                    assert all(s is not None and len(s) > 0 for s in states.values())
+            finally:
+                engine.close()
+    finally:
+        packed.unpersist()
