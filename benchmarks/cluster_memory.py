@@ -25,7 +25,6 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -34,7 +33,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
-from benchmarks.run import PACKAGE_FIT
+from benchmarks.run import PACKAGE_FIT, Sampler
 from clickeval_spark.config import PROJECT_ROOT
 from tests.cluster.standalone import REPO, StandaloneCluster, tail
 
@@ -49,43 +48,32 @@ def role_of(cmdline: str) -> str | None:
     return next((role for key, role in ROLES if key in cmdline), None)
 
 
-class ProcessPeaks:
+class ProcessPeaks(Sampler):
     """Peak RSS of every process in the given sessions and in the session of any running submit.sh,
-    sampled in a thread: {pid: (role, peak bytes, parent pid)}."""
+    sampled in a thread: {pid: [role, peak bytes, parent pid]}."""
 
     def __init__(self, sids: set[int], every: float = 0.5):
-        self.sids, self.every = set(sids), every
+        super().__init__(every)
+        self.sids = set(sids)
         self.peaks: dict[int, list] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._page = os.sysconf("SC_PAGE_SIZE")
 
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self):
-        page = os.sysconf("SC_PAGE_SIZE")
-        while not self._stop.is_set():
-            procs = []
-            for stat in Path("/proc").glob("[0-9]*/stat"):
-                try:
-                    text = stat.read_text()
-                    cmd = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                except OSError:
-                    continue
-                f = text[text.rindex(")") + 2:].split()   # state ppid pgrp session ... rss is field 24
-                procs.append((int(stat.parent.name), int(f[1]), int(f[3]), int(f[21]) * page, cmd))
-            self.sids |= {pid for pid, _, _, _, cmd in procs if "deploy/cluster/submit.sh" in cmd}
-            for pid, ppid, sid, rss, cmd in procs:
-                role = role_of(cmd)
-                if sid in self.sids and role:
-                    prev = self.peaks.setdefault(pid, [role, 0, ppid])
-                    prev[1] = max(prev[1], rss)
-            self._stop.wait(self.every)
+    def sample(self) -> None:
+        procs = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                text = stat.read_text()
+                cmd = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            f = text[text.rindex(")") + 2:].split()   # state ppid pgrp session ... rss is field 24
+            procs.append((int(stat.parent.name), int(f[1]), int(f[3]), int(f[21]) * self._page, cmd))
+        self.sids |= {pid for pid, _, _, _, cmd in procs if "deploy/cluster/submit.sh" in cmd}
+        for pid, ppid, sid, rss, cmd in procs:
+            role = role_of(cmd)
+            if sid in self.sids and role:
+                prev = self.peaks.setdefault(pid, [role, 0, ppid])
+                prev[1] = max(prev[1], rss)
 
 
 def bench_config(serps: int, engine: str, shuffle_partitions: int, checkpoints: Path) -> dict:

@@ -62,12 +62,11 @@ from clickeval_spark.fitted import FittedModel
 from clickeval_spark.runtime import session_for
 
 
-class PeakRss:
-    """Largest summed RSS of this process and all its descendants, sampled in a thread."""
+class Sampler:
+    """Calls ``sample()`` every ``every`` seconds in a thread while the ``with`` block runs."""
 
-    def __init__(self, every: float = 0.2):
-        self.every, self.peak, self._stop = every, 0, threading.Event()
-        self.peak_at = ""   # UTC time of the peak, to find the stage in the log
+    def __init__(self, every: float):
+        self.every, self._stop = every, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self):
@@ -79,12 +78,26 @@ class PeakRss:
         self._thread.join()
 
     def _run(self):
-        me = os.getpid()
         while not self._stop.is_set():
-            rss = _tree_rss(me)
-            if rss > self.peak:
-                self.peak, self.peak_at = rss, datetime.now(timezone.utc).strftime("%H:%M:%S")
+            self.sample()
             self._stop.wait(self.every)
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+
+class PeakRss(Sampler):
+    """Largest summed RSS of this process and all its descendants, sampled in a thread."""
+
+    def __init__(self, every: float = 0.2):
+        super().__init__(every)
+        self.peak, self.peak_at = 0, ""   # peak_at: UTC time of the peak, to find the stage in the log
+        self._me = os.getpid()
+
+    def sample(self) -> None:
+        rss = _tree_rss(self._me)
+        if rss > self.peak:
+            self.peak, self.peak_at = rss, datetime.now(timezone.utc).strftime("%H:%M:%S")
 
 
 def _tree_rss(root: int) -> int:
