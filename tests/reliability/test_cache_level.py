@@ -50,6 +50,8 @@ def test_disk_only_reaches_local_checkpoints_and_the_ingest(spark, disk_only):
     schema = T.StructType([T.StructField(c, T.StringType()) for c in ("session_id", "serp_id", "query_id")]
                           + [T.StructField("doc_ids", T.ArrayType(T.StringType())),
                              T.StructField("clicks", T.ArrayType(T.IntegerType()))])
+    sc = spark.sparkContext._jsc.sc()
+    before = {r.id() for r in sc.getRDDStorageInfo()}   # other tests' caches share the session
     rows = spark.createDataFrame([("s1", "s1:0", "q1", ["d1", "d2"], [0, 1]),
                                   ("s2", "s2:0", "q2", ["d3"], [1])], schema)
     out = run_ingest(spark, IngestConfig(format="parquet", paths={"all": "/unused"}), to_parsed(
@@ -57,7 +59,9 @@ def test_disk_only_reaches_local_checkpoints_and_the_ingest(spark, disk_only):
                         "'d' as dataset", "*")), None, "r1")
     try:
         assert out.counts == {"serps_read": 2}
-        cached = [r.storageLevel() for r in spark.sparkContext._jsc.sc().getRDDStorageInfo()]
-        assert cached and all(level.description().startswith("Disk Serialized") for level in cached), cached
-    finally:
-        spark.catalog.clearCache()
+        cached = [r.storageLevel().description() for r in sc.getRDDStorageInfo() if r.id() not in before]
+        assert cached and all(level.startswith("Disk Serialized") for level in cached), cached
+    finally:   # this ingest's caches only (the session's other caches belong to other tests' fixtures)
+        for rdd_id, rdd in spark.sparkContext._jsc.getPersistentRDDs().items():
+            if rdd_id not in before:
+                rdd.unpersist(False)
