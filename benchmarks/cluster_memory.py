@@ -35,7 +35,7 @@ import yaml
 
 from benchmarks.run import PACKAGE_FIT, Sampler
 from clickeval_spark.config import PROJECT_ROOT
-from tests.cluster.standalone import REPO, StandaloneCluster, tail
+from tests.cluster.standalone import REPO, StandaloneCluster, processes, tail
 
 STAGE_LINE = re.compile(r"^\[(\d\d:\d\d:\d\d)\] (\w+): (start|done in ([\d.]+) s|failed after ([\d.]+) s)", re.M)
 ROLES = (("SparkSubmit", "driver JVM"), ("jobs/pipeline.py", "driver Python"),
@@ -56,24 +56,15 @@ class ProcessPeaks(Sampler):
         super().__init__(every)
         self.sids = set(sids)
         self.peaks: dict[int, list] = {}
-        self._page = os.sysconf("SC_PAGE_SIZE")
 
     def sample(self) -> None:
-        procs = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                text = stat.read_text()
-                cmd = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            f = text[text.rindex(")") + 2:].split()   # state ppid pgrp session ... rss is field 24
-            procs.append((int(stat.parent.name), int(f[1]), int(f[3]), int(f[21]) * self._page, cmd))
-        self.sids |= {pid for pid, _, _, _, cmd in procs if "deploy/cluster/submit.sh" in cmd}
-        for pid, ppid, sid, rss, cmd in procs:
-            role = role_of(cmd)
-            if sid in self.sids and role:
-                prev = self.peaks.setdefault(pid, [role, 0, ppid])
-                prev[1] = max(prev[1], rss)
+        procs = processes()
+        self.sids |= {p.pid for p in procs if "deploy/cluster/submit.sh" in p.cmdline}
+        for p in procs:
+            role = role_of(p.cmdline)
+            if p.session in self.sids and role:
+                prev = self.peaks.setdefault(p.pid, [role, 0, p.ppid])
+                prev[1] = max(prev[1], p.rss_bytes)
 
 
 def bench_config(serps: int, engine: str, shuffle_partitions: int, checkpoints: Path) -> dict:
@@ -172,10 +163,9 @@ def main(argv=None) -> int:
     day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     try:
         cluster.start()
-        sids = {proc.pid for _, proc in cluster._procs}
         print(f"cluster {cluster.master_url}: 2 workers, 1 core each; executors {args.executor_memory}, "
               f"driver {args.driver_memory}; {args.serps:,} SERPs, fit.engine {engine}", flush=True)
-        with ProcessPeaks(sids) as peaks:
+        with ProcessPeaks(cluster.sessions) as peaks:
             done = cluster.submit(work / "dist", "pipeline", ["--conf", str(conf), "--run-id", "cluster-memory"],
                                   cwd=work / "driver", timeout=args.timeout, driver_memory=args.driver_memory,
                                   executor_memory=args.executor_memory, ci_speed=False,

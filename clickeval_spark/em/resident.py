@@ -266,11 +266,7 @@ class ResidentPasses:
 
     def finish(self) -> DataFrame:
         """End the stage: the blocks as PASS_SCHEMA rows with their final state, checkpointed."""
-        self._send_all(encode_plans(None))
-        self._thread.join()
-        self._alive()
-        self._stop()
-        final = self._final
+        final = self._end_stage(keep_state=True)
         if self._sc.getCheckpointDir() is not None:
             # a lost executor's final state is read back, not recomputed by the stage
             self._final = checkpointed(final)
@@ -281,12 +277,16 @@ class ResidentPasses:
     def end(self) -> None:
         """End the stage as `finish` does, but the tasks return no state: a selection sample's 18 candidates'
         states are hundreds of MB per block (DBN), which a 1g executor cannot take in as one row."""
-        self._send_all(encode_plans(None, keep_state=False))
+        release(self._end_stage(keep_state=False))
+        self._final = None
+
+    def _end_stage(self, keep_state: bool) -> DataFrame:
+        """Tell the tasks to finish, wait for the barrier job, close the sockets: the job's rows."""
+        self._send_all(encode_plans(None, keep_state))
         self._thread.join()
         self._alive()
         self._stop()
-        release(self._final)
-        self._final = None
+        return self._final
 
     def close(self) -> None:
         """Cancel the stage if it still runs, close every socket, release the finished blocks."""

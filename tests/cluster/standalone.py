@@ -40,19 +40,33 @@ def spark_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _session_processes(sids: set[int]) -> list[str]:
-    """Live (non-zombie) processes in any of the sessions `sids`, as 'pid cmdline' lines."""
-    found = []
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    state: str
+    ppid: int
+    session: int
+    rss_bytes: int
+    cmdline: str
+
+
+def processes() -> list[Process]:
+    """Every process /proc lists now (one that exits while we look is left out)."""
+    page, found = os.sysconf("SC_PAGE_SIZE"), []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
             cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:  # exited while we looked
             continue
-        fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp session ...
-        if fields[0] != "Z" and int(fields[3]) in sids:
-            found.append(f"{stat.parent.name} {cmdline[:160]}")
+        f = text[text.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp session ...; rss 22nd
+        found.append(Process(int(stat.parent.name), f[0], int(f[1]), int(f[3]), int(f[21]) * page, cmdline))
     return found
+
+
+def _session_processes(sids: set[int]) -> list[str]:
+    """Live (non-zombie) processes in any of the sessions `sids`, as 'pid cmdline' lines."""
+    return [f"{p.pid} {p.cmdline[:160]}" for p in processes() if p.state != "Z" and p.session in sids]
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -106,6 +120,11 @@ class StandaloneCluster:
         self._procs.append((name, proc))
         return proc, log
 
+    @property
+    def sessions(self) -> set[int]:
+        """The session ids of the daemons started so far: every process the cluster started is in one."""
+        return {proc.pid for _, proc in self._procs}
+
     def start(self, timeout: float = 120) -> None:
         """Master and workers on ports the OS picks (port 0): read back from their logs."""
         master, log = self._spawn("master", "org.apache.spark.deploy.master.Master",
@@ -150,7 +169,7 @@ class StandaloneCluster:
     def stop(self, grace: float = 30) -> None:
         """Workers first (each stops its executors), then the master; SIGKILL what is left after
         `grace` seconds. Raises if any process of the cluster's sessions outlives that."""
-        sids = {proc.pid for _, proc in self._procs}
+        sids = self.sessions
         for _, proc in reversed(self._procs):
             _signal_group(proc.pid, signal.SIGTERM)
             try:
