@@ -19,6 +19,7 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -108,28 +109,45 @@ def checkpointed(df: DataFrame, *, keep_cached: bool = False) -> DataFrame:
     With a checkpoint directory on the SparkContext (``spark.checkpoint_dir``, reliable storage on a
     cluster) the rows are written there: a lost executor's partitions are read back. Without one they
     are local checkpoints, kept by the executors that computed them and lost with them (the embedded
-    default). ``keep_cached``: also serve the reliable copy from the executors' cache (read repeatedly).
-    ``df``'s own cache, if any, is released.
+    default). ``keep_cached``: also serve the reliable copy from the executors' storage (read repeatedly).
+    ``df``'s own cache, if any, is released. Everything kept is kept at `cache_level`, as RDD blocks.
+
+    Why RDD blocks, not ``Dataset.cache()``: the columnar cache builds a batch of up to 10,000 rows in the
+    heap before storing it at any level, and block rows are MBs each: a partition's blocks in one batch ran
+    executors of 1g out of heap (benchmarks/cluster_memory.py). RDD blocks are stored row by row (streamed
+    to disk under DISK_ONLY).
     """
+    level = cache_level(df.sparkSession, None)
     if df.sparkSession.sparkContext.getCheckpointDir() is None:
-        out = df.localCheckpoint(eager=True, storageLevel=cache_level(df.sparkSession, None))
+        out = df.localCheckpoint(eager=True, storageLevel=level)
         df.unpersist()
         return out
-    if not df.is_cached:  # the checkpoint's count fills the cache, its write job reads it: df is computed once
-        df.cache()
-    out = df.checkpoint(eager=True)
+    # the checkpoint counts its input, then writes it in a second job: from these blocks, df is computed once
+    local = df if df.is_cached else df.localCheckpoint(eager=True, storageLevel=level)
+    out = local.checkpoint(eager=True)
+    if local is not df:
+        release(local)
     df.unpersist()
-    return out.cache() if keep_cached else out
+    if keep_cached:   # filled by the first read; a lost block is read back from the checkpoint's files
+        sc = df.sparkSession.sparkContext
+        _checkpoint_rdd(out).persist(sc._getJavaStorageLevel(level or StorageLevel.MEMORY_AND_DISK))
+    return out
+
+
+def _checkpoint_rdd(df: DataFrame):
+    """The JVM RDD behind a checkpoint's DataFrame, or None (no public API reaches it)."""
+    plan = df._jdf.queryExecution().analyzed()
+    return plan.rdd() if plan.nodeName() == "LogicalRDD" else None
 
 
 def release(df: DataFrame) -> None:
-    """Free what ``df`` holds in the executors: its cache, and the RDD behind a local checkpoint
+    """Free what ``df`` holds in the executors: its cache, and the RDD behind a checkpoint
     (`checkpointed`). ``unpersist`` alone leaves that RDD persisted until the session ends: an EM fit
     kept one copy of every block's state per checkpoint interval (a 10M-SERP fit ran out of heap)."""
     df.unpersist()
-    plan = df._jdf.queryExecution().analyzed()   # no public API reaches a checkpoint's RDD
-    if plan.nodeName() == "LogicalRDD":
-        plan.rdd().unpersist(False)
+    rdd = _checkpoint_rdd(df)
+    if rdd is not None:
+        rdd.unpersist(False)
 
 
 def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None, fold: bool = True) -> PackedLog:

@@ -65,3 +65,40 @@ def test_disk_only_reaches_local_checkpoints_and_the_ingest(spark, disk_only):
         for rdd_id, rdd in spark.sparkContext._jsc.getPersistentRDDs().items():
             if rdd_id not in before:
                 rdd.unpersist(False)
+
+
+@pytest.fixture
+def checkpoint_dir(spark, tmp_path):
+    """A reliable checkpoint directory on the shared SparkContext for one test (then none again)."""
+    sc = spark.sparkContext
+    sc.setCheckpointDir(str(tmp_path / "checkpoints"))
+    try:
+        yield
+    finally:   # no public API unsets it; the field is private[spark], public in the bytecode
+        getattr(sc._jsc.sc(), "checkpointDir_$eq")(sc._jvm.scala.Option.empty())
+
+
+def test_reliable_checkpoint_keeps_rdd_blocks_not_a_columnar_cache(spark, disk_only, checkpoint_dir):
+    """keep_cached serves a reliable checkpoint from RDD blocks at the cache level, never from Dataset.cache()'s
+    columnar batches (built in the heap: a partition of MB-sized block rows ran 1g executors out of it)."""
+    sc = spark.sparkContext._jsc.sc()
+    before = {r.id() for r in sc.getRDDStorageInfo()}
+    out = blocks.checkpointed(spark.range(0, 100, 1, 4).selectExpr("id", "repeat('x', 1000) as pad"),
+                              keep_cached=True)
+    try:
+        assert not out.is_cached
+        assert _rdd_level(out) == StorageLevel.DISK_ONLY
+        assert out.agg({"id": "sum"}).first()[0] == 4950   # the first read fills the RDD blocks
+        kept = [r for r in sc.getRDDStorageInfo() if r.id() not in before]
+        # only the checkpoint's RDD is kept (the local checkpoint it was written from is released), all of it
+        assert [(r.numCachedPartitions(), r.storageLevel().description()) for r in kept] == [
+            (4, "Disk Serialized 1x Replicated")]
+        assert spark.sparkContext.getCheckpointDir() is not None
+    finally:
+        blocks.release(out)
+    assert not [r for r in sc.getRDDStorageInfo() if r.id() not in before]
+
+
+def test_reliable_checkpoint_without_keep_cached_reads_the_files(spark, checkpoint_dir):
+    out = blocks.checkpointed(spark.range(10))
+    assert _rdd_level(out) == StorageLevel.NONE and out.count() == 10
