@@ -56,7 +56,7 @@ def ingest_steps(ctx: StageContext, text_cfg, out: list) -> None:
     def checked() -> None:
         o = ingestion.run_ingest(ctx.spark, icfg, parsed(), None, "breakdown")
         _noop(o.serps)
-        o.quarantine.unpersist()
+        o.release()
     _twice("ingest: + rules, duplicates, splits, persist, per-file counts (accepted rows)", checked, out)
 
 

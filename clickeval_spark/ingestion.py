@@ -30,6 +30,13 @@ class IngestOutput:
     # the (dataset, log_date) slices the write replaces (None: the undated slice)
     log_dates: tuple[date | None, ...] = (None,)
     label_log_dates: tuple[date | None, ...] = (None,)
+    kept: tuple[DataFrame, ...] = ()   # the persisted parsed input (and labels): `release` frees them
+
+    def release(self) -> None:
+        """Free what the ingest persisted (its parsed input, and the quarantine `quarantine_check` keeps):
+        in one session (`clickeval run`) it would otherwise stay cached through every later stage."""
+        for df in (*self.kept, self.quarantine):
+            df.unpersist()
 
 
 def parse_serps(spark: SparkSession, cfg: IngestConfig) -> DataFrame:
@@ -188,7 +195,8 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
     return IngestOutput(serps=serps, labels=labels, quarantine=quarantine.withColumn("run_id", F.lit(run_id)),
                         counts=counts, log_dates=log_dates,
                         # labels fall in the SERPs' days or, untied, in ingest.log_date's slice
-                        label_log_dates=tuple(dict.fromkeys((*log_dates, cfg.log_date))))
+                        label_log_dates=tuple(dict.fromkeys((*log_dates, cfg.log_date))),
+                        kept=(parsed,) if labels_parsed is None else (parsed, labels_parsed))
 
 
 def with_log_date(records: DataFrame, log_date: date | None) -> DataFrame:

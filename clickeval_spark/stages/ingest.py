@@ -36,7 +36,7 @@ def run(ctx: StageContext) -> dict[str, int]:
             if truth is not None:  # a simulated log's true parameters, beside the fitted ones
                 ctx.write(truth, "model_params", {"run_id": synthetic.truth_run_id(icfg.dataset)})
         finally:
-            out.quarantine.unpersist()
+            out.release()
     print(f"ingest {icfg.dataset} run_id={ctx.run_id}: " + ", ".join(f"{k}={v}" for k, v in sorted(run.counts.items())))
     return run.counts
 

@@ -61,6 +61,8 @@ def test_disk_only_reaches_local_checkpoints_and_the_ingest(spark, disk_only):
         assert out.counts == {"serps_read": 2}
         cached = [r.storageLevel().description() for r in sc.getRDDStorageInfo() if r.id() not in before]
         assert cached and all(level.startswith("Disk Serialized") for level in cached), cached
+        out.release()   # what a later stage of the same session must not find still cached
+        assert [r.id() for r in sc.getRDDStorageInfo() if r.id() not in before] == []
     finally:   # this ingest's caches only (the session's other caches belong to other tests' fixtures)
         for rdd_id, rdd in spark.sparkContext._jsc.getPersistentRDDs().items():
             if rdd_id not in before:
