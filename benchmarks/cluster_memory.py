@@ -60,8 +60,13 @@ class ProcessPeaks(Sampler):
     def sample(self) -> None:
         procs = processes()
         self.sids |= {p.pid for p in procs if "deploy/cluster/submit.sh" in p.cmdline}
+        roles = {p.pid: role_of(p.cmdline) for p in procs}
         for p in procs:
-            role = role_of(p.cmdline)
+            role = roles[p.pid]
+            # a JVM's child with the JVM's own command line is its fork before the exec of a Python worker:
+            # its RSS counts the parent's pages, it is no process of its own
+            if role and role.endswith("JVM") and roles.get(p.ppid) == role:
+                continue
             if p.session in self.sids and role:
                 prev = self.peaks.setdefault(p.pid, [role, 0, p.ppid])
                 prev[1] = max(prev[1], p.rss_bytes)
