@@ -30,10 +30,10 @@ class IngestOutput:
     # the (dataset, log_date) slices the write replaces (None: the undated slice)
     log_dates: tuple[date | None, ...] = (None,)
     label_log_dates: tuple[date | None, ...] = (None,)
-    kept: tuple[DataFrame, ...] = ()   # the persisted parsed input (and labels): `release` frees them
+    kept: tuple[DataFrame, ...] = ()   # the persisted checked records (and labels): `release` frees them
 
     def release(self) -> None:
-        """Free what the ingest persisted (its parsed input, and the quarantine `quarantine_check` keeps):
+        """Free what the ingest persisted (its checked records, and the quarantine `quarantine_check` keeps):
         in one session (`clickeval run`) it would otherwise stay cached through every later stage."""
         for df in (*self.kept, self.quarantine):
             df.unpersist()
@@ -161,16 +161,16 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
                labels_parsed: DataFrame | None, run_id: str) -> IngestOutput:
     """Validate parsed records and split the sessions; returns the frames to write and their counts.
 
-    The parsed input is persisted once, since counts and both outputs read it. Input files
-    are read here, in the first count: a file that cannot be read, or that holds no record,
-    fails the job with an InputError naming it.
+    The checked records (every input record with its rule) are persisted once, since the counts and both
+    outputs read them. Input files are read here, in the first count: a file that cannot be read, or that
+    holds no record, fails the job with an InputError naming it.
     """
-    parsed = assign_splits(with_log_date(serps_parsed, cfg.log_date), cfg.split).persist(cache_level(spark))
-    checked = check_serps(parsed, max_rank=cfg.max_rank)
+    parsed = assign_splits(with_log_date(serps_parsed, cfg.log_date), cfg.split)
+    checked = check_serps(parsed, max_rank=cfg.max_rank, keep=cache_level(spark))
     serps = checked.accepted.withColumn("ingest_run_id", F.lit(run_id))
     quarantine = checked.quarantined
     with reading_inputs():
-        per_source = _records_per_source(parsed)
+        per_source = _records_per_source(checked.ruled)
         if cfg.format in SERP_RECORDS:
             require_records(spark, list(cfg.paths.values()), per_source, SERP_RECORDS[cfg.format])
         # the days this ingest replaces: a handful of values (one per day of the input), never per-SERP data
@@ -196,7 +196,7 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
                         counts=counts, log_dates=log_dates,
                         # labels fall in the SERPs' days or, untied, in ingest.log_date's slice
                         label_log_dates=tuple(dict.fromkeys((*log_dates, cfg.log_date))),
-                        kept=(parsed,) if labels_parsed is None else (parsed, labels_parsed))
+                        kept=(checked.ruled,) if labels_parsed is None else (checked.ruled, labels_parsed))
 
 
 def with_log_date(records: DataFrame, log_date: date | None) -> DataFrame:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -39,6 +40,8 @@ class Checked:
     quarantined: DataFrame
     # input records that passed (before a labelled SERP is exploded into one row per doc)
     accepted_records: DataFrame | None = None
+    # every input record with its rule (null: accepted), persisted when asked (`check_serps`' keep)
+    ruled: DataFrame | None = None
 
 
 def _first_broken(rules: list[tuple[str, Column, Column]]) -> tuple[Column, Column]:
@@ -60,8 +63,12 @@ def _blank(col: str) -> Column:
     return _blank_text(F.col(col))
 
 
-def check_serps(parsed: DataFrame, *, max_rank: int) -> Checked:
-    """Apply every SERP rule; duplicates of a serp_id keep the first record in file order."""
+def check_serps(parsed: DataFrame, *, max_rank: int, keep: StorageLevel | None = None) -> Checked:
+    """Apply every SERP rule; duplicates of a serp_id keep the first record in file order.
+
+    ``keep``: persist the ruled records at that level, so that the accepted rows, the quarantine and their
+    counts share one evaluation of the rules and of the duplicates' window (a shuffle and sort of every
+    record, raw text included), instead of one each."""
     n_docs = F.size("doc_ids")
     rules = [
         ("unparseable", F.col("parse_rule").isNotNull(), F.col("parse_reason")),
@@ -94,11 +101,13 @@ def check_serps(parsed: DataFrame, *, max_rank: int) -> Checked:
     rule, reason = _first_broken(rules)
     ruled = _flag_duplicates(parsed.withColumn("rule", rule).withColumn("reason", reason),
                              "serp_id", "duplicate_serp_id", F.format_string("serp_id %s", F.col("serp_id")))
+    if keep is not None:
+        ruled = ruled.persist(keep)
     accepted = ruled.where(F.col("rule").isNull()).select(
         "dataset", "split", "session_id", "serp_id", F.col("serp_pos").cast("int").alias("serp_pos"),
         "query_id", "doc_ids", "vtypes", "clicks", "log_date",
     )
-    return Checked(accepted, _quarantine_rows(ruled, "serps"))
+    return Checked(accepted, _quarantine_rows(ruled, "serps"), ruled=ruled)
 
 
 def check_labels(parsed: DataFrame) -> Checked:
