@@ -122,8 +122,10 @@ def checkpointed(df: DataFrame, *, keep_cached: bool = False) -> DataFrame:
         out = df.localCheckpoint(eager=True, storageLevel=level)
         df.unpersist()
         return out
-    # the checkpoint counts its input, then writes it in a second job: from these blocks, df is computed once
-    local = df if df.is_cached else df.localCheckpoint(eager=True, storageLevel=level)
+    # the checkpoint counts its input, then writes it in a second job: from kept blocks, df is computed once
+    rdd = _checkpoint_rdd(df)
+    kept = df.is_cached or (rdd is not None and rdd.getStorageLevel().isValid())   # (a local checkpoint's)
+    local = df if kept else df.localCheckpoint(eager=True, storageLevel=level)
     out = local.checkpoint(eager=True)
     if local is not df:
         release(local)

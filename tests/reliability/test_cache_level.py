@@ -104,3 +104,27 @@ def test_reliable_checkpoint_keeps_rdd_blocks_not_a_columnar_cache(spark, disk_o
 def test_reliable_checkpoint_without_keep_cached_reads_the_files(spark, checkpoint_dir):
     out = blocks.checkpointed(spark.range(10))
     assert _rdd_level(out) == StorageLevel.NONE and out.count() == 10
+
+
+def _jobs(spark, group: str, fn):
+    sc = spark.sparkContext
+    sc.setJobGroup(group, group)
+    try:
+        out = fn()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return out, len(sc.statusTracker().getJobIdsForGroup(group))
+
+
+def test_a_kept_local_checkpoint_is_written_from_its_blocks(spark, checkpoint_dir):
+    """The resident engine's finished blocks are a local checkpoint already: checkpointed writes them as they are,
+    in the jobs of a plain reliable checkpoint, without a second local copy of every block's state."""
+    src = spark.range(0, 10, 1, 2).localCheckpoint(eager=True)
+    try:
+        out, jobs = _jobs(spark, "kept-local", lambda: blocks.checkpointed(src))
+        _, plain = _jobs(spark, "plain", lambda: src.checkpoint(eager=True))
+        assert jobs == plain and out.count() == 10
+        _, fresh = _jobs(spark, "fresh", lambda: blocks.checkpointed(spark.range(0, 10, 1, 2)))
+        assert fresh == plain + 1   # not kept: computed once into a local checkpoint first
+    finally:
+        blocks.release(src)
