@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from clickeval_spark.config import validate_run_id
 from clickeval_spark.errors import ClickevalError
 from clickeval_spark.tables.predicates import slice_predicate, user_metadata
-from clickeval_spark.tables.retries import with_conflict_retries
+from clickeval_spark.tables.retries import TableCreationRace, with_conflict_retries
 from clickeval_spark.tables.schemas import PARTITION_COLUMNS, SCHEMAS, WRITTEN_BY
 
 
@@ -53,9 +53,23 @@ def create_table(spark: SparkSession, warehouse: str, name: str) -> None:
     (reader 1, writer 2), which delta-rs and DuckDB read. Idempotent, so the loser of a creation race
     simply retries (`with_conflict_retries`)."""
     path = table_path(warehouse, name)
-    if not DeltaTable.isDeltaTable(spark, path):
+    if DeltaTable.isDeltaTable(spark, path):
+        return
+    try:
         (DeltaTable.createIfNotExists(spark).location(path).addColumns(SCHEMAS[name])
          .partitionedBy(*PARTITION_COLUMNS[name]).execute())
+    except AnalysisException as exc:
+        # not empty because another writer's create has begun (its _delta_log is there): retried. Files of
+        # anything else at the path stay Delta's error.
+        if "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION" in str(exc) and _exists(spark, f"{path}/_delta_log"):
+            raise TableCreationRace(f"{name}: another writer is creating the table at {path}") from exc
+        raise
+
+
+def _exists(spark: SparkSession, path: str) -> bool:
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    return bool(hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(hpath))
 
 
 def replace_slice(df: DataFrame, warehouse: str, name: str, keys: dict[str, str], run_id: str,

@@ -6,7 +6,8 @@ replaceWhere / MERGE predicate, so Delta's conflict check (WriteSerializable) se
 touching disjoint partitions and lets both commit; that already removes the common conflicts.
 Partitioning cannot separate every writer, though:
   - the creation of a table that does not exist yet: two writers both try to commit version 0
-    (ProtocolChangedException / MetadataChangedException for the loser);
+    (ProtocolChangedException / MetadataChangedException for the loser), or the loser's create finds the
+    winner's `_delta_log` before its first commit (`TableCreationRace`);
   - two runs replacing the same slice: the same dataset's serps / relevance_labels (partitioned by
     dataset, not run_id) or its synthetic truth `truth-<dataset>` in model_params;
   - Delta's own metadata commits racing a write.
@@ -31,10 +32,18 @@ from delta.exceptions.captured import (ConcurrentAppendException, ConcurrentDele
                                        ConcurrentWriteException, DeltaConcurrentModificationException,
                                        MetadataChangedException, ProtocolChangedException)
 
+
+
+class TableCreationRace(Exception):
+    """Another writer was creating the same table: its `_delta_log` was there, its first commit not yet, when
+    this writer's create found the location not empty (Delta's DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION).
+    A retry finds the table."""
+
+
 CONCURRENT_MODIFICATION_ERRORS: tuple[type[BaseException], ...] = (
     DeltaConcurrentModificationException, ConcurrentWriteException, MetadataChangedException,
     ProtocolChangedException, ConcurrentAppendException, ConcurrentDeleteReadException,
-    ConcurrentDeleteDeleteException, ConcurrentTransactionException,
+    ConcurrentDeleteDeleteException, ConcurrentTransactionException, TableCreationRace,
 )
 WRITE_ATTEMPTS = 6
 RETRY_BASE_SECONDS = 0.5

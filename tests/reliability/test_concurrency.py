@@ -116,6 +116,34 @@ def _landed(spark, warehouse: str, run_ids: list[str]) -> None:
     assert sorted((r["run_id"], r["job"], r["status"]) for r in runs) == [(r, "race", "succeeded") for r in sorted(run_ids)]
 
 
+def test_a_create_that_finds_another_writers_delta_log_is_a_retried_race(spark, tmp_path, monkeypatch):
+    """The loser of a creation race may find the winner's `_delta_log` (its commit not yet in the loser's snapshot):
+    Delta then refuses a non-empty location (CI, 16th session: DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION from
+    DeltaTableBuilder.execute). That is a conflict to retry, and the retry finds the table; files of anything else
+    at the path stay Delta's own error, not retried."""
+    warehouse = str(tmp_path / "wh")
+
+    class Builder:   # Delta's builder as the race leaves it: the location is not empty when Delta checks it
+        def __init__(self, winner_log: bool):
+            self.winner_log = winner_log
+
+        def __getattr__(self, _):
+            return lambda *a, **k: self
+
+        def execute(self):
+            (tmp_path / "wh" / ("metrics/_delta_log" if self.winner_log else "runs")).mkdir(parents=True)
+            raise AnalysisException(message="[DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION] Cannot create table")
+    with monkeypatch.context() as m:
+        m.setattr(DeltaTable, "createIfNotExists", lambda _spark: Builder(winner_log=True))
+        with pytest.raises(retries.TableCreationRace) as race:
+            tables.create_table(spark, warehouse, "metrics")
+        assert tables.is_concurrent_modification(race.value)
+        m.setattr(DeltaTable, "createIfNotExists", lambda _spark: Builder(winner_log=False))
+        with pytest.raises(AnalysisException, match="NON_EMPTY_LOCATION") as foreign:   # no Delta log: not a race
+            tables.create_table(spark, warehouse, "runs")
+        assert not tables.is_concurrent_modification(foreign.value)
+
+
 def test_writers_creating_the_same_tables_conflict_and_retries_land_them_all(spark, tmp_path, monkeypatch, caplog):
     """Three runs writing into tables that do not exist yet: all race to commit version 0. Without retries
     some run fails with a Delta conflict; with them every run lands exactly once."""
