@@ -33,7 +33,6 @@ from delta.exceptions.captured import (ConcurrentAppendException, ConcurrentDele
                                        MetadataChangedException, ProtocolChangedException)
 
 
-
 class TableCreationRace(Exception):
     """Another writer was creating the same table: its `_delta_log` was there, its first commit not yet, when
     this writer's create found the location not empty (Delta's DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION).
