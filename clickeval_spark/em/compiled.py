@@ -80,16 +80,27 @@ def beta_binomial_evidence(num: np.ndarray, den: np.ndarray, m: np.ndarray, grid
     sum_i ln B(num_i + k m_i, den_i - num_i + k (1 - m_i)) - ln B(k m_i, k (1 - m_i)).
 
     Expected (real) counts are allowed: the Beta function is defined for real arguments. Items
-    without a count add nothing; m is kept inside (1e-9, 1 - 1e-9).
+    without a count add nothing; m is kept inside (1e-9, 1 - 1e-9). The terms of the prior alone,
+    ln Gamma(k m), ln Gamma(k (1 - m)), ln Gamma(k), are computed once per run of items with the same m
+    (a family's pooled mean is every item's): half the lgamma calls, the same values and sums.
     """
+    lg_k = np.empty(grid.size)
+    lg_p, lg_q = np.empty(grid.size), np.empty(grid.size)
+    for j in range(grid.size):
+        lg_k[j] = math.lgamma(grid[j])
+    prev = np.nan
     for i in range(num.size):
         a = num[i]
         b = max(den[i] - a, 0.0)
         if a + b <= 0.0:
             continue
         mi = min(max(m[i], 1e-9), 1.0 - 1e-9)
+        if mi != prev:
+            for j in range(grid.size):
+                lg_p[j], lg_q[j] = math.lgamma(grid[j] * mi), math.lgamma(grid[j] * (1.0 - mi))
+            prev = mi
         for j in range(grid.size):
             k = grid[j]
             p, q = k * mi, k * (1.0 - mi)
             out[j] += (math.lgamma(a + p) + math.lgamma(b + q) - math.lgamma(a + b + k)
-                       - math.lgamma(p) - math.lgamma(q) + math.lgamma(k))
+                       - lg_p[j] - lg_q[j] + lg_k[j])

@@ -36,6 +36,14 @@ def test_evidence_is_the_beta_binomial_marginal_and_eb_takes_its_argmax():
     # counts drawn from Beta(2, 6) (strength 8) around their own mean: EB lands near 8, not at the grid's ends
     assert 2.0 <= eb_strength(_evidence(num, den, np.full(400, 0.25))) <= 32.0
     assert eb_strength(np.zeros(len(EB_GRID))) is None   # no counts, no estimate
+    # runs of one m (a pooled mean: the prior's terms are computed once per run), items without counts inside
+    den[::7] = 0.0
+    num[::7] = 0.0
+    runs = np.repeat(rng.uniform(0.05, 0.6, 40), 10)
+    got = np.zeros(len(EB_GRID))
+    beta_binomial_evidence(num, den, runs, np.asarray(EB_GRID), got)
+    kept = den > 0
+    np.testing.assert_allclose(got, _evidence(num[kept], den[kept], runs[kept]), rtol=1e-12, atol=1e-9)
 
 
 def test_unseen_pairs_take_their_rank_mean_and_seen_pairs_can_shrink_toward_their_ranks(spark):
