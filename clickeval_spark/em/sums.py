@@ -74,6 +74,7 @@ def block_pass(model: ClickModel, plans: list[PassPlan], lanes: list[list[int]],
             model, plan.g, arrays, None if state is None else state[slot], plan.update,
             estep=plan.mode == "step", held_out=plan.held_out, ppl_eps=plan.ppl_eps, eb=plan.eb,
             seen_by_rank=plan.seen_by_rank, compiled=plan.compiled)
+    arrays.end_pass()
     return new, vec
 
 
