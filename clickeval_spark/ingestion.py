@@ -166,7 +166,8 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
     holds no record, fails the job with an InputError naming it.
     """
     parsed = assign_splits(with_log_date(serps_parsed, cfg.log_date), cfg.split)
-    checked = check_serps(parsed, max_rank=cfg.max_rank, keep=cache_level(spark))
+    checked = check_serps(parsed, max_rank=cfg.max_rank, keep=cache_level(spark),
+                          numbered_ids=cfg.format == "per_query_text")
     serps = checked.accepted.withColumn("ingest_run_id", F.lit(run_id))
     quarantine = checked.quarantined
     with reading_inputs():

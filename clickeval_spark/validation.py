@@ -63,12 +63,15 @@ def _blank(col: str) -> Column:
     return _blank_text(F.col(col))
 
 
-def check_serps(parsed: DataFrame, *, max_rank: int, keep: StorageLevel | None = None) -> Checked:
+def check_serps(parsed: DataFrame, *, max_rank: int, keep: StorageLevel | None = None,
+                numbered_ids: bool = False) -> Checked:
     """Apply every SERP rule; duplicates of a serp_id keep the first record in file order.
 
     ``keep``: persist the ruled records at that level, so that the accepted rows, the quarantine and their
     counts share one evaluation of the rules and of the duplicates' window (a shuffle and sort of every
-    record, raw text included), instead of one each."""
+    record, raw text included), instead of one each. ``numbered_ids``: the reader made every serp_id from
+    its session id and the record's position in it (`per_query_text`), so no two records share one and
+    the duplicates' window is skipped."""
     n_docs = F.size("doc_ids")
     rules = [
         ("unparseable", F.col("parse_rule").isNotNull(), F.col("parse_reason")),
@@ -99,8 +102,9 @@ def check_serps(parsed: DataFrame, *, max_rank: int, keep: StorageLevel | None =
                          F.lit(", ".join(SPLITS)))),
     ]
     rule, reason = _first_broken(rules)
-    ruled = _flag_duplicates(parsed.withColumn("rule", rule).withColumn("reason", reason),
-                             "serp_id", "duplicate_serp_id", F.format_string("serp_id %s", F.col("serp_id")))
+    ruled = parsed.withColumn("rule", rule).withColumn("reason", reason)
+    if not numbered_ids:
+        ruled = _flag_duplicates(ruled, "serp_id", "duplicate_serp_id", F.format_string("serp_id %s", F.col("serp_id")))
     if keep is not None:
         ruled = ruled.persist(keep)
     accepted = ruled.where(F.col("rule").isNull()).select(

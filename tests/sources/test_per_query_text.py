@@ -79,3 +79,22 @@ def test_unsplit_file_is_split_by_session(spark, tmp_path):
         by_session.setdefault(r["session_id"], set()).add(r["split"])
     assert all(len(s) == 1 for s in by_session.values())  # a session never straddles splits
     assert {s for v in by_session.values() for s in v} <= {"train", "valid", "test"}
+
+
+def test_numbered_serp_ids_never_collide_so_the_duplicates_window_is_skipped(spark, tmp_path):
+    """A serp id is '<session>-<position>': sessions named like other sessions' ids ('a-1' beside 'a', '1-1'
+    beside '1'), spread over two files, blank ones among them, still give each valid record its own id, so the
+    duplicates' window check_serps skips for this reader would flag nothing."""
+    from clickeval_spark.sources import per_query_text
+    from clickeval_spark.validation import check_serps
+
+    sessions = ["a", "a-1", "a-1-1", "a-11", "1", "1-1", " ", "a "]
+    lines = [f"{s}\t{q}\t[{q}, 2]\t[0, 0]\t[0, 1]" for i in range(12) for q, s in enumerate(sessions, 3)]
+    paths = {"train": write(tmp_path / "train.txt", "\n".join(lines[:50]) + "\n"),
+             "valid": write(tmp_path / "valid.txt", "\n".join(lines[50:]) + "\n")}
+    parsed = per_query_text.read_serps(spark, paths, "t", "graphcm").withColumn("log_date", F.lit(None).cast("date"))
+    skipped, windowed = (check_serps(parsed, max_rank=10, numbered_ids=n).ruled for n in (True, False))
+    assert_df_equality(skipped, windowed, ignore_row_order=True)
+    ids = [r["serp_id"] for r in skipped.where(F.col("rule").isNull()).collect()]
+    assert len(ids) == 7 * 12 and len(set(ids)) == len(ids) and {"a-1-1", "a-1-11", "a-11-1", "1-1-1"} <= set(ids)
+    assert skipped.where(F.col("rule").isNotNull()).select("rule").distinct().collect() == [("missing_id",)]
