@@ -85,6 +85,8 @@ def _parse(lines: DataFrame, dataset: str, variant: str, extra: int) -> DataFram
 
 
 def _with_serp_ids(parsed: DataFrame) -> DataFrame:
+    """serp_id '<session>-<position>': the position is the digits after the last dash, so two records never
+    share one (`ingestion` skips the duplicates' window for this reader)."""
     order_in_session = Window.partitionBy("session_id").orderBy("source", "line")
     return (
         parsed.withColumn("serp_pos", F.row_number().over(order_in_session))
