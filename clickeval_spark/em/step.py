@@ -46,7 +46,7 @@ class BlockArrays:
     n_valid: float         # positions of the held-out rows, weighted
     const: Mapping[str, np.ndarray]   # the model's `row_constants`
     #: `pair_means` by the rank means asked for: [value, asked for in this pass]
-    _pair_means: dict = field(default_factory=dict, repr=False, compare=False)
+    _kept_pair_means: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, model: ClickModel, clicks: np.ndarray, pair: np.ndarray, n_pairs: int, n_train: int | None = None,
@@ -79,20 +79,20 @@ class BlockArrays:
         candidate's rank means stay fixed after its warm-up, and the resident engine keeps its blocks
         between passes (a 250k-row block: 7 ms per candidate and pass)."""
         key = np.asarray(by_rank, dtype=np.float64).tobytes()
-        entry = self._pair_means.get(key)
+        entry = self._kept_pair_means.get(key)
         if entry is None:
             value = _pair_means(self, by_rank)
             value.flags.writeable = False
-            entry = self._pair_means[key] = [value, True]
+            entry = self._kept_pair_means[key] = [value, True]
         entry[1] = True
         return entry[0]
 
     def end_pass(self) -> None:
         """Forget the pair means no candidate asked for in the pass that ends (their candidate moved on
         or stopped): at most one per candidate is kept."""
-        for key in [k for k, (_, asked) in self._pair_means.items() if not asked]:
-            del self._pair_means[key]
-        for entry in self._pair_means.values():
+        for key in [k for k, (_, asked) in self._kept_pair_means.items() if not asked]:
+            del self._kept_pair_means[key]
+        for entry in self._kept_pair_means.values():
             entry[1] = False
 
 

@@ -44,6 +44,6 @@ def test_pair_means_are_computed_once_per_rank_means_and_swept(monkeypatch):
         before = len(calls)
         buf = None if state is None else state.tobytes()
         state, vec = block_pass(model, plans, lanes, (0,), 0, kept, buf)
-        assert (len(calls) - before, len(kept._pair_means)) == (new_calls, entries)
+        assert (len(calls) - before, len(kept._kept_pair_means)) == (new_calls, entries)
         fresh_state, fresh_vec = block_pass(model, plans, lanes, (0,), 0, _block(model), buf)
         assert np.array_equal(state, fresh_state) and np.array_equal(vec, fresh_vec)

@@ -4,6 +4,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.config import IngestConfig
+from clickeval_spark.sources import per_query_text
+from clickeval_spark.validation import check_serps
 from tests.sources.helpers import rules, run, write
 
 GRAPHCM = (
@@ -85,9 +87,6 @@ def test_numbered_serp_ids_never_collide_so_the_duplicates_window_is_skipped(spa
     """A serp id is '<session>-<position>': sessions named like other sessions' ids ('a-1' beside 'a', '1-1'
     beside '1'), spread over two files, blank ones among them, still give each valid record its own id, so the
     duplicates' window check_serps skips for this reader would flag nothing."""
-    from clickeval_spark.sources import per_query_text
-    from clickeval_spark.validation import check_serps
-
     sessions = ["a", "a-1", "a-1-1", "a-11", "1", "1-1", " ", "a "]
     lines = [f"{s}\t{q}\t[{q}, 2]\t[0, 0]\t[0, 1]" for i in range(12) for q, s in enumerate(sessions, 3)]
     paths = {"train": write(tmp_path / "train.txt", "\n".join(lines[:50]) + "\n"),
