@@ -22,6 +22,22 @@ DELTA_CONF = {
 # `make run` times: benchmarks/RESULTS.md). A config with its own `spark.driver.extraJavaOptions` keeps them.
 EMBEDDED_JVM_OPTIONS = "-XX:+UseParallelGC -XX:CompileThresholdScaling=3"
 
+#: The young generation's cap (MiB) in the embedded JVM: the throughput collector grows it to a third of the
+#: heap (3.3 GB of a 10g driver), and memory a process touches for the first time is what a VM makes slow
+#: (here 130-320 MB/s, against GB/s once touched): a 10M-SERP pack took 64-65 s with 1 GB, 80 s without
+#: (benchmarks/RESULTS.md). Never more than a third of the heap.
+EMBEDDED_YOUNG_MIB = 1024
+_MEMORY = re.compile(r"(\d+)([kmgt]?)b?")
+
+
+def embedded_jvm_options(driver_memory: str | None) -> str:
+    """`EMBEDDED_JVM_OPTIONS` with the young generation capped for ``driver_memory`` (Spark's 1g when None)."""
+    match = _MEMORY.fullmatch((driver_memory or "1g").strip().lower())
+    if not match:
+        raise ValueError(f"spark.driver.memory: {driver_memory!r} is not a size such as 4g or 512m")
+    mib = int(match.group(1)) * {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 ** 2}[match.group(2)]
+    return f"{EMBEDDED_JVM_OPTIONS} -XX:MaxNewSize={max(1, min(EMBEDDED_YOUNG_MIB, int(mib) // 3))}m"
+
 # Spark's own default for a cluster; local mode ignores spark.task.maxFailures and gives a task one attempt
 DEFAULT_TASK_MAX_FAILURES = 4
 _LOCAL_MASTER = re.compile(r"local(?:\[(\*|\d+)\])?")
@@ -78,7 +94,7 @@ def build_session(
     Central by Ivy (`configure_spark_with_delta_pip`), and Python workers use this
     interpreter (the venv), not whatever `python3` is first on PATH, started by
     `clickeval_spark.python_daemon` (about 0.2 s less per Python task on Python 3.11), and the
-    JVM runs with EMBEDDED_JVM_OPTIONS unless the conf names its own driver options.
+    JVM runs with `embedded_jvm_options` unless the conf names its own driver options.
     embedded=False is spark-submit on a cluster: master and jars come from the
     submit command (`--master`, `--packages`), so nothing here overrides them.
     A local master gets task retries (`with_task_retries`).
@@ -103,7 +119,7 @@ def build_session(
     if embedded:
         # the workers run this interpreter, so they can import the daemon module from this package
         settings.setdefault("spark.python.daemon.module", "clickeval_spark.python_daemon")
-        settings.setdefault("spark.driver.extraJavaOptions", EMBEDDED_JVM_OPTIONS)
+        settings.setdefault("spark.driver.extraJavaOptions", embedded_jvm_options(settings.get("spark.driver.memory")))
     for key, value in settings.items():
         builder = builder.config(key, value)
     if embedded:
