@@ -25,8 +25,8 @@ class PBM(ClickModel):
         return {"gamma": (M,)}
 
     def row_constants(self, clicks: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
-        """``cell`` (B, M) intp: the rank (gamma's index), M where masked."""
-        return {"cell": np.where(mask, np.arange(clicks.shape[1])[None, :], clicks.shape[1]).astype(np.intp)}
+        """``cell`` (B, M) int32: the rank (gamma's index), M where masked."""
+        return {"cell": np.where(mask, np.arange(clicks.shape[1])[None, :], clicks.shape[1]).astype(np.int32)}
 
     def cond_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
                    clicks: np.ndarray, mask: np.ndarray) -> np.ndarray:

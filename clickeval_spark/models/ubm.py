@@ -39,11 +39,11 @@ class UBM(ClickModel):
         return {"gamma": (M, M + 1)}
 
     def row_constants(self, clicks: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
-        """``cell`` (B, M) intp: rank r's cell r * (M + 1) + k of gamma flattened, k the rank of the last
+        """``cell`` (B, M) int32: rank r's cell r * (M + 1) + k of gamma flattened, k the rank of the last
         click above; the spare cell M * (M + 1) where masked (a rank with no examination)."""
         M = clicks.shape[1]
         cell = np.arange(M)[None, :] * (M + 1) + last_click_above(clicks, mask)
-        return {"cell": np.where(mask, cell, M * (M + 1)).astype(np.intp)}
+        return {"cell": np.where(mask, cell, M * (M + 1)).astype(np.int32)}
 
     def _exam(self, g: Mapping[str, np.ndarray], cell: np.ndarray) -> np.ndarray:
         """gamma of each rank's cell; 0 in the spare cell."""
