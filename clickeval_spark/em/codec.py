@@ -119,11 +119,11 @@ def pack_block(rows: pa.Table, M: int) -> tuple[bytes, bytes]:
 
     Training rows first, then held-out ones, each folded into weighted distinct rows
     (`fold_rows`); pairs of either get an index in (query_id, doc_id) order, whatever order
-    the rows came in; n_obs counts training impressions only.
+    the rows came in; n_obs counts training impressions only. The rows are read in the order they
+    came and split into training and held out as numpy arrays: a `take` of the table would copy every
+    list, and the block is the same bytes in any order of its rows.
     """
     held = rows.column("held_out").to_numpy().astype(bool)
-    rows = rows.take(pa.array(np.argsort(held, kind="stable")))
-    n_train = int((~held).sum())
     docs, click_lists = rows.column("doc_ids").combine_chunks(), rows.column("clicks").combine_chunks()
     lens = list_lengths(docs, click_lists)
     weight = rows.column("weight").to_numpy().astype(np.int64)
@@ -139,14 +139,15 @@ def pack_block(rows: pa.Table, M: int) -> tuple[bytes, bytes]:
         codes, uniques = _sorted_codes(pa.array(np.repeat(q_codes, lens) * len(d_values) + d_codes))
         uniques = uniques.to_numpy()
         pair[mask] = codes.astype(np.int32)
-        train = mask[:n_train]
-        n_obs = np.bincount(pair[:n_train][train], weights=np.broadcast_to(weight[:n_train, None], train.shape)[train],
+        train = mask & ~held[:, None]
+        # integer weights summed as float64: exact, so the same in any order of the rows
+        n_obs = np.bincount(pair[train], weights=np.broadcast_to(weight[:, None], train.shape)[train],
                             minlength=len(uniques)).astype(np.int64)
         qs, ds = q_values.take(pa.array(uniques // len(d_values))), d_values.take(pa.array(uniques % len(d_values)))
     else:
         n_obs, qs, ds = np.zeros(0, np.int64), pa.array([], pa.string()), pa.array([], pa.string())
-    train = fold_rows(clicks[:n_train], pair[:n_train], weight[:n_train])
-    held = fold_rows(clicks[n_train:], pair[n_train:], weight[n_train:])
+    train = fold_rows(clicks[~held], pair[~held], weight[~held])
+    held = fold_rows(clicks[held], pair[held], weight[held])
     clicks, pair, weight = (np.concatenate([t, h]) for t, h in zip(train, held))
     return encode_data(clicks, pair, len(n_obs), len(train[2]), weight), encode_keys(qs, ds, n_obs)
 
