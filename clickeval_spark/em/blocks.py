@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from clickeval_spark.em.codec import decode_data, decode_keys, group_of, pack_block
+from clickeval_spark.em.codec import decode_keys, group_of, pack_block
 from clickeval_spark.fitted.attach import truncate_serps
 from clickeval_spark.models.base import ClickModel
 from clickeval_spark.session import cache_level
@@ -50,6 +50,10 @@ BLOCK_SCHEMA = T.StructType([
 #: pass moves a seventh less through Arrow and the cache
 PASS_SCHEMA = T.StructType([f for f in BLOCK_SCHEMA.fields if f.name != "keys"])
 
+#: the pack's rows: a block row and its SERPs, which the job that fills the pack's cache sums for the driver
+_PACKED_SCHEMA = T.StructType([*BLOCK_SCHEMA.fields, T.StructField("n_train", T.LongType(), False),
+                               T.StructField("n_held_out", T.LongType(), False)])
+
 
 @dataclass(frozen=True)
 class BlockGroup:
@@ -69,6 +73,8 @@ class PackedLog:
     blocks: DataFrame   # BLOCK_SCHEMA rows, state and stats null
     max_rank: int
     groups: tuple[BlockGroup, ...]
+    #: block -> (bytes of its data, training SERPs, held-out SERPs): one entry per block, none per SERP
+    sizes: Mapping[int, tuple[int, int, int]]
 
     @property
     def n_serps(self) -> int:
@@ -152,7 +158,8 @@ def release(df: DataFrame) -> None:
         rdd.unpersist(False)
 
 
-def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None, fold: bool = True) -> PackedLog:
+def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None, fold: bool = True,
+             at_most: int | None = None) -> PackedLog:
     """Pack SERPs (query_id, doc_ids, clicks, optional held_out and group; lists already cut to
     ``max_rank``; other columns are ignored).
 
@@ -165,41 +172,90 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None, fol
     query: a 10M log of them folds to 1.7M rows); on one that does not (real logs: the TREC sample folds
     2,872 SERPs to 2,490) it is a shuffle of every SERP for nothing. The blocks are the same bytes either
     way: `pack_block` folds what reaches it.
+    ``at_most``: one group only; a count of rows ``prep`` has no more of (its input before a filter, which a
+    Delta table counts without reading the lists). The block count is taken from it and checked against the
+    packed SERPs, which the pack counts anyway: a log that filled fewer blocks than that is packed again.
     """
     M = int(max_rank)
     if "held_out" not in prep.columns:
         prep = prep.withColumn("held_out", F.lit(False))
+    if at_most is not None and "group" in prep.columns:
+        raise ValueError("pack_log: at_most counts one log, not groups")
     if "group" not in prep.columns:
         prep = prep.withColumn("group", F.lit(0))
-    # one row per group: the surrogate's few dozen logs at most
+    groups = _block_groups({0: (at_most, 0)} if at_most is not None else _group_rows(prep), block_serps)
+    packed, sizes = _packed(prep, M, groups, block_serps, fold)
+    exact = _block_groups(_group_counts(groups, sizes), block_serps)
+    if [g.n_blocks for g in exact] != [g.n_blocks for g in groups]:   # the filter took a block's worth
+        packed.unpersist()
+        packed, sizes = _packed(prep, M, exact, block_serps, fold)
+    # kept in no more partitions than the cluster runs tasks at once (without dynamic allocation): a
+    # resident EM stage, one task per slot, starts on them as they are, not on a shuffle of every block
+    n_tasks = max(1, min(len(sizes), cluster_slots(prep) or len(sizes)))
+    blocks = checkpointed(balanced(packed.select(*BLOCK_SCHEMA.fieldNames()), n_tasks, sizes), keep_cached=True)
+    packed.unpersist()
+    return PackedLog(blocks=blocks, max_rank=M, groups=tuple(exact), sizes=sizes)
+
+
+def _group_rows(prep: DataFrame) -> dict[int, tuple[int, int]]:
+    """(training, held-out) SERPs of each group: one row per group reaches the driver (the surrogate's few
+    dozen logs at most)."""
     counts = {int(r["group"]): (int(r["all"]) - int(r["held_out"]), int(r["held_out"])) for r in
               prep.groupBy("group").agg(F.count(F.lit(1)).alias("all"),
                                         F.count(F.when(F.col("held_out"), 1)).alias("held_out")).collect()}
     if sorted(counts) != list(range(len(counts))):
         raise ValueError(f"pack_log: groups must be 0..G-1 with SERPs in each, got {sorted(counts)}")
+    return counts
+
+
+def _block_groups(counts: Mapping[int, tuple[int, int]], block_serps: int | None) -> list[BlockGroup]:
+    """Each group's range of blocks, from its (training, held-out) SERPs."""
     groups, first = [], 0
     for g in range(max(len(counts), 1)):
         n_serps, n_held_out = counts.get(g, (0, 0))
         n = n_blocks_for(n_serps + n_held_out, block_serps)
         groups.append(BlockGroup(first, n, n_serps, n_held_out))
         first += n
-    n_blocks = first
+    return groups
+
+
+def _group_counts(groups: list[BlockGroup], sizes: Mapping[int, tuple[int, int, int]]) -> dict[int, tuple[int, int]]:
+    """(training, held-out) SERPs per group, summed over its blocks."""
+    first_blocks = tuple(g.first_block for g in groups)
+    counts = {g: (0, 0) for g in range(len(groups))}
+    for block, (_, n_train, n_held_out) in sizes.items():
+        g = group_of(block, first_blocks)
+        counts[g] = (counts[g][0] + n_train, counts[g][1] + n_held_out)
+    return counts
+
+
+def _packed(prep: DataFrame, M: int, groups: list[BlockGroup], block_serps: int | None, fold: bool
+            ) -> tuple[DataFrame, dict[int, tuple[int, int, int]]]:
+    """The log packed into ``groups``' blocks (cached, `_PACKED_SCHEMA` rows), and each block's (data bytes,
+    training SERPs, held-out SERPs)."""
 
     def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """A partition's rows (whole blocks: partitioned by block) -> one row per block."""
         batches = list(batches)
-        if not batches:   # a partition no block hashed to
+        rows = pa.Table.from_batches(batches) if batches else None
+        if rows is None or not rows.num_rows:   # a partition no block went to
             return
-        rows = pa.Table.from_batches(batches)
         block = rows.column("block").to_numpy()
-        order = np.argsort(block, kind="stable")
-        ends = np.flatnonzero(np.diff(block[order])) + 1
-        for part in np.split(order, ends) if len(order) else ():
-            data, keys = pack_block(rows.take(pa.array(part)), M)
+        if (block == block[0]).all():   # one block (a single log's partitions hold one each): no copy
+            parts = [(int(block[0]), rows)]
+        else:
+            order = np.argsort(block, kind="stable")
+            ends = np.flatnonzero(np.diff(block[order])) + 1
+            parts = [(int(block[part[0]]), rows.take(pa.array(part))) for part in np.split(order, ends)]
+        for b, mine in parts:
+            data, keys = pack_block(mine, M)
+            held = mine.column("held_out").to_numpy().astype(bool)
+            weight = mine.column("weight").to_numpy()
             yield pa.RecordBatch.from_arrays(
-                [pa.array([int(block[part[0]])], pa.int32()), pa.array([data], pa.binary()),
-                 pa.array([keys], pa.binary()), pa.nulls(1, pa.binary()), pa.nulls(1, pa.binary())],
-                names=BLOCK_SCHEMA.fieldNames())
+                [pa.array([b], pa.int32()), pa.array([data], pa.binary()),
+                 pa.array([keys], pa.binary()), pa.nulls(1, pa.binary()), pa.nulls(1, pa.binary()),
+                 pa.array([int(weight[~held].sum())], pa.int64()), pa.array([int(weight[held].sum())], pa.int64())],
+                names=_PACKED_SCHEMA.fieldNames())
 
     def lookup(values: list[int]) -> Column:
         return F.element_at(F.array(*[F.lit(v) for v in values]), F.col("group") + 1)
@@ -208,23 +264,60 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None, fol
                 + F.pmod(F.xxhash64(F.lit("clickeval-block"), F.col("query_id")), lookup([g.n_blocks for g in groups])))
     # packed about one block per task (a task's memory is a few blocks' rows, whatever the log's size); with
     # groups, as many tasks as the whole log would get blocks
-    n_parts = n_blocks if len(groups) == 1 else n_blocks_for(sum(map(sum, counts.values())), block_serps)
-    # then kept in no more partitions than the cluster runs tasks at once (without dynamic allocation): a
-    # resident EM stage, one task per slot, starts on them as they are, not on a shuffle of every block
-    n_tasks = min(n_parts, cluster_slots(prep) or n_parts)
+    n_parts = (groups[0].n_blocks if len(groups) == 1
+               else n_blocks_for(sum(g.n_serps + g.n_held_out for g in groups), block_serps))
     rows = prep.select(block_of.cast("int").alias("block"), "held_out", "query_id", "doc_ids", "clicks")
     if fold:
         rows = rows.groupBy(*rows.columns).agg(F.count(F.lit(1)).alias("weight"))
     else:
         rows = rows.withColumn("weight", F.lit(1).cast("long"))
-    # a block's rows meet in one partition by a hash of the block, and are grouped there in Arrow: no sort
-    # of the rows by Spark (`groupBy().applyInArrow` sorts every row, lists and all, to group them)
-    packed = rows.repartition(n_parts, "block").mapInArrow(pack, BLOCK_SCHEMA).cache()
-    packed.count()   # packed once: the range partitioning below samples its input, which would pack it again
-    # range partitioning on the block number: a task's blocks are consecutive
-    blocks = checkpointed(packed.repartitionByRange(n_tasks, "block"), keep_cached=True)
-    packed.unpersist()
-    return PackedLog(blocks=blocks, max_rank=M, groups=tuple(groups))
+    # a block's rows meet in one partition, block b's in partition b mod n_parts (a single log's: one block
+    # each), and are grouped there in Arrow: no sort of the rows by Spark (`groupBy().applyInArrow` sorts
+    # every row, lists and all, to group them)
+    keys = _partition_keys(prep.sparkSession, n_parts)
+    to_part = F.element_at(F.array(*[F.lit(k) for k in keys]), F.pmod(F.col("block"), F.lit(n_parts)) + 1).cast("long")
+    packed = rows.repartition(n_parts, to_part).mapInArrow(pack, _PACKED_SCHEMA).cache()
+    # the job that fills the cache: one row per block reaches the driver
+    sizes = {int(r["block"]): (int(r["bytes"]), int(r["n_train"]), int(r["n_held_out"])) for r in
+             packed.select("block", F.length("data").alias("bytes"), "n_train", "n_held_out").collect()}
+    return packed, sizes
+
+
+def balanced(blocks: DataFrame, n: int, sizes: Mapping[int, tuple[int, ...]]) -> DataFrame:
+    """``blocks`` in ``n`` partitions of about equal work, so no task of a pass waits on another: blocks by
+    the bytes of their data (a pass's work is linear in its rows), largest first, each to the partition with
+    the fewest bytes so far. Blocks are far from equal: a query's SERPs all go to its block, and a log's head
+    queries are large (a 10M log's blocks: 108k to 1.75M SERPs).
+
+    ``sizes``: block -> (bytes, ...) of at least ``blocks``' blocks; each block goes to its partition by a
+    shuffle keyed on a number that Spark's hash partitioning sends there (`_partition_keys`).
+    """
+    if not sizes:   # an empty log
+        return blocks.coalesce(n)
+    load, key = [0] * n, {}
+    keys = _partition_keys(blocks.sparkSession, n)
+    for block in sorted(sizes, key=lambda b: (-sizes[b][0], b)):
+        t = min(range(n), key=lambda i: (load[i], i))
+        load[t] += sizes[block][0]
+        key[block] = keys[t]
+    pairs = [F.lit(v) for b in sorted(key) for v in (b, key[b])]
+    return (blocks.withColumn("_partition_key", F.element_at(F.create_map(*pairs), F.col("block")).cast("long"))
+            .repartition(n, "_partition_key")
+            .drop("_partition_key"))
+
+
+def _partition_keys(spark: SparkSession, n: int) -> list[int]:
+    """For each partition t < n a key that ``repartition(n, key)`` sends to t when the key is a long (an int
+    hashes otherwise): Spark's hash partitioning is pmod(hash(key), n), the same Murmur3 hash as `F.hash`,
+    which a small job evaluates on the longs 0, 1, 2, ..."""
+    found: dict[int, int] = {}
+    start, step = 0, 64 * n
+    while len(found) < n:
+        for r in (spark.range(start, start + step).select("id", F.pmod(F.hash("id"), F.lit(n)).alias("t"))
+                  .groupBy("t").agg(F.min("id").alias("id")).collect()):
+            found.setdefault(int(r["t"]), int(r["id"]))
+        start += step
+    return [found[t] for t in range(n)]
 
 
 def pack_serps(serps: DataFrame, max_rank: int = 10, block_serps: int | None = None,
@@ -234,12 +327,16 @@ def pack_serps(serps: DataFrame, max_rank: int = 10, block_serps: int | None = N
     ``held_out`` SERPs (the valid split) ride along in the same blocks: every fit
     scores them at no extra Spark job, which is how `k: auto` picks a prior strength.
     ``fold``: `pack_log`'s; a log of users' SERPs folds little, so by default Spark does not fold it.
+    The block count comes from the SERPs before `truncate_serps`' filter (`pack_log`'s ``at_most``): a count
+    that reads no list.
     """
     prep = truncate_serps(serps, max_rank).withColumn("held_out", F.lit(False))
+    at_most = serps.count()
     if held_out is not None:
         prep = prep.unionByName(truncate_serps(held_out, max_rank)
                                 .withColumn("held_out", F.lit(True)))
-    return pack_log(prep, max_rank, block_serps, fold)
+        at_most += held_out.count()
+    return pack_log(prep, max_rank, block_serps, fold, at_most=at_most)
 
 
 def qd_table(blocks: DataFrame, packed: DataFrame, model: ClickModel, slots: tuple[int, ...] = (0,),
@@ -289,24 +386,11 @@ def sample_of(packed: PackedLog, serps: int) -> PackedLog | None:
     n = math.ceil(group.n_blocks * serps / max(1, group.n_serps + group.n_held_out))
     if n >= group.n_blocks:
         return None
-    # spread over the range of blocks, so over the partitions (range-partitioned on the block): every task
-    # of the packed log's partitioning gets its share of the sample
+    # spread over the range of blocks: the sample's queries are those of every part of the hash's range
     ids = sorted({group.first_block + i * group.n_blocks // n for i in range(n)})
+    sizes = {b: packed.sizes[b] for b in ids if b in packed.sizes}   # (a block no query hashed to has none)
     kept = packed.blocks.where(F.col("block").isin(ids))
-    n_serps, n_held_out = block_counts(kept)
-    return PackedLog(kept, packed.max_rank, (BlockGroup(group.first_block, len(ids), n_serps, n_held_out),))
-
-
-def block_counts(blocks: DataFrame) -> tuple[int, int]:
-    """(training SERPs, held-out SERPs) of ``blocks``, their weights summed: one row reaches the driver."""
-    schema = "n_train long, n_held_out long"
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for buf in batch.column("data"):
-                _, _, weight, _, n_train = decode_data(buf.as_buffer())
-                yield pa.RecordBatch.from_pydict({"n_train": [int(weight[:n_train].sum())],
-                                                  "n_held_out": [int(weight[n_train:].sum())]})
-
-    row = blocks.select("data").mapInArrow(run, schema).agg(F.sum("n_train"), F.sum("n_held_out")).first()
-    return int(row[0] or 0), int(row[1] or 0)
+    # its own balance: a few blocks of unequal size, which the log's partitions hold unevenly
+    kept = balanced(kept, min(len(ids), cluster_slots(kept) or len(ids)), sizes)
+    n_serps, n_held_out = (sum(v[i] for v in sizes.values()) for i in (1, 2))
+    return PackedLog(kept, packed.max_rank, (BlockGroup(group.first_block, len(ids), n_serps, n_held_out),), sizes)
