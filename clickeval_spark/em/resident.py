@@ -26,6 +26,7 @@ import struct
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from typing import Iterator
 
 import numpy as np
@@ -151,6 +152,24 @@ def _task_fn(model: ClickModel, first_blocks: tuple[int, ...], address: tuple[st
     return run
 
 
+@contextmanager
+def _session_conf(spark, key: str, value: str):
+    """``key`` set to ``value`` in the session while the block runs.
+
+    Used for the stage's input batches: one block per Arrow batch, so a task decodes a block while the next
+    one arrives, and the executor's Arrow buffer is sized for one block, not grown (by doubling, in fresh
+    memory) to all of a task's: a 10M-SERP log's task took in 250 MB as one batch."""
+    old = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if old is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, old)
+
+
 class ResidentPasses:
     """The passes of one fit in one barrier stage over ``blocks`` (a packed log's, or PASS_SCHEMA rows), in at
     most ``n_tasks`` tasks (no more than the cluster's slots: `blocks.cluster_slots`).
@@ -181,11 +200,14 @@ class ResidentPasses:
         self._finished: DataFrame | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._materialise, args=(stage,), name=self._group, daemon=True)
-        self._thread.start()
         self._conns: list[tuple[socket.socket, list[int]]] = []
         self.n_tasks = 0
         try:
-            self._accept(token, connect_timeout)
+            # the stage is planned in its thread, which reads the batch size then; every task is running
+            # when the last one says hello, so the session's own size is back before anything else is planned
+            with _session_conf(spark, "spark.sql.execution.arrow.maxRecordsPerBatch", "1"):
+                self._thread.start()
+                self._accept(token, connect_timeout)
         except BaseException:
             self.close()
             raise
@@ -302,4 +324,5 @@ class ResidentPasses:
             conn.close()
         self._conns = []
         self._server.close()
-        self._thread.join(timeout=60)
+        if self._thread.ident is not None:   # (started)
+            self._thread.join(timeout=60)
