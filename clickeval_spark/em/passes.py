@@ -48,7 +48,8 @@ class Passes(Protocol):
         """One pass of every candidate: per candidate its stats summed over the blocks (None if it holds)."""
 
     def finish(self) -> DataFrame:
-        """The blocks with their final state (`blocks.PASS_SCHEMA` rows), for `blocks.qd_table`."""
+        """The blocks with their final state (`blocks.PASS_SCHEMA` rows), for `blocks.qd_table`; their data may be
+        empty (the packed log keeps it)."""
 
     def end(self) -> None:
         """End the passes without their final state (a selection sample's: only its sums were wanted)."""

@@ -143,8 +143,10 @@ def _task_fn(model: ClickModel, first_blocks: tuple[int, ...], address: tuple[st
         done = iter(zip(states, vecs or [None] * len(ids)))
         for batch in kept:
             mine = [next(done) for _ in range(batch.num_rows)]
+            # the data goes back empty: the packed log has it, and what reads these rows (`blocks.qd_table`)
+            # wants the state (a 10M log's data is 540 MB, which the stage's checkpoint would store again)
             yield pa.RecordBatch.from_arrays(
-                [batch.column("block"), batch.column("data"),
+                [batch.column("block"), pa.array([b""] * batch.num_rows, pa.binary()),
                  pa.array([None if s is None else np.ascontiguousarray(s).tobytes() for s, _ in mine], pa.binary()),
                  pa.array([None if v is None else v.tobytes() for _, v in mine], pa.binary())],
                 names=PASS_SCHEMA.fieldNames())
@@ -287,7 +289,7 @@ class ResidentPasses:
             raise EngineLost(f"a task's connection failed: {e!r}") from e
 
     def finish(self) -> DataFrame:
-        """End the stage: the blocks as PASS_SCHEMA rows with their final state, checkpointed."""
+        """End the stage: the blocks as PASS_SCHEMA rows with their final state (their data empty), checkpointed."""
         final = self._end_stage(keep_state=True)
         if self._sc.getCheckpointDir() is not None:
             # a lost executor's final state is read back, not recomputed by the stage
