@@ -20,7 +20,7 @@ from typing import Iterator, Mapping
 import numpy as np
 import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -274,7 +274,7 @@ def _packed(prep: DataFrame, M: int, groups: list[BlockGroup], block_serps: int 
     # a block's rows meet in one partition, block b's in partition b mod n_parts (a single log's: one block
     # each), and are grouped there in Arrow: no sort of the rows by Spark (`groupBy().applyInArrow` sorts
     # every row, lists and all, to group them)
-    keys = _partition_keys(prep.sparkSession, n_parts)
+    keys = _partition_keys(n_parts)
     to_part = F.element_at(F.array(*[F.lit(k) for k in keys]), F.pmod(F.col("block"), F.lit(n_parts)) + 1).cast("long")
     packed = rows.repartition(n_parts, to_part).mapInArrow(pack, _PACKED_SCHEMA).cache()
     # the job that fills the cache: one row per block reaches the driver
@@ -295,7 +295,7 @@ def balanced(blocks: DataFrame, n: int, sizes: Mapping[int, tuple[int, ...]]) ->
     if not sizes:   # an empty log
         return blocks.coalesce(n)
     load, key = [0] * n, {}
-    keys = _partition_keys(blocks.sparkSession, n)
+    keys = _partition_keys(n)
     for block in sorted(sizes, key=lambda b: (-sizes[b][0], b)):
         t = min(range(n), key=lambda i: (load[i], i))
         load[t] += sizes[block][0]
@@ -306,18 +306,39 @@ def balanced(blocks: DataFrame, n: int, sizes: Mapping[int, tuple[int, ...]]) ->
             .drop("_partition_key"))
 
 
-def _partition_keys(spark: SparkSession, n: int) -> list[int]:
+def _partition_keys(n: int) -> list[int]:
     """For each partition t < n a key that ``repartition(n, key)`` sends to t when the key is a long (an int
-    hashes otherwise): Spark's hash partitioning is pmod(hash(key), n), the same Murmur3 hash as `F.hash`,
-    which a small job evaluates on the longs 0, 1, 2, ..."""
+    hashes otherwise): Spark's hash partitioning is pmod(hash(key), n), `spark_hash_long`, tried on 0, 1, 2, ..."""
     found: dict[int, int] = {}
-    start, step = 0, 64 * n
+    key = 0
     while len(found) < n:
-        for r in (spark.range(start, start + step).select("id", F.pmod(F.hash("id"), F.lit(n)).alias("t"))
-                  .groupBy("t").agg(F.min("id").alias("id")).collect()):
-            found.setdefault(int(r["t"]), int(r["id"]))
-        start += step
+        found.setdefault(spark_hash_long(key) % n, key)   # Python's % of a positive n is Spark's pmod
+        key += 1
     return [found[t] for t in range(n)]
+
+
+def spark_hash_long(value: int) -> int:
+    """Spark's `hash` of a long (Murmur3_x86_32.hashLong, seed 42), as the signed int Spark returns: what its
+    hash partitioning takes pmod n of. Checked against `F.hash` in tests/em/test_pack_layout.py."""
+    def mix_k1(k: int) -> int:
+        k = (k * 0xCC9E2D51) & 0xFFFFFFFF
+        k = ((k << 15) | (k >> 17)) & 0xFFFFFFFF
+        return (k * 0x1B873593) & 0xFFFFFFFF
+
+    def mix_h1(h: int, k: int) -> int:
+        h ^= k
+        h = ((h << 13) | (h >> 19)) & 0xFFFFFFFF
+        return (h * 5 + 0xE6546B64) & 0xFFFFFFFF
+
+    v = value & 0xFFFFFFFFFFFFFFFF
+    h = mix_h1(mix_h1(42, mix_k1(v & 0xFFFFFFFF)), mix_k1(v >> 32))
+    h ^= 8   # the length in bytes
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    h ^= h >> 16
+    return h - (1 << 32) if h >= 1 << 31 else h
 
 
 def pack_serps(serps: DataFrame, max_rank: int = 10, block_serps: int | None = None,

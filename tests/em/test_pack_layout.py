@@ -8,7 +8,7 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from clickeval_spark.em.blocks import balanced, pack_log, pack_serps
+from clickeval_spark.em.blocks import balanced, pack_log, pack_serps, spark_hash_long
 from clickeval_spark.em.codec import decode_data, pack_block
 
 SERPS = T.StructType([
@@ -89,3 +89,13 @@ def test_a_block_is_the_same_bytes_in_any_order_of_its_rows():
     clicks, pair, weight, n_pairs, n_train = decode_data(data)
     assert (int(weight[:n_train].sum()), int(weight[n_train:].sum())) == (
         int(rows.column("weight").to_numpy()[~held].sum()), int(rows.column("weight").to_numpy()[held].sum()))
+
+
+def test_the_partition_keys_hash_as_spark_hashes_a_long(spark):
+    """`spark_hash_long` against Spark's own `hash` on longs of every size and sign: the pack's partition keys
+    rely on it (a wrong hash sends blocks to other partitions, which the LPT test above also catches)."""
+    values = [0, 1, -1, 7, 42, 2**31 - 1, 2**31, -2**31, 2**32 + 5, 2**63 - 1, -2**63, 123456789012345]
+    values += list(range(100, 1100, 7))
+    df = spark.createDataFrame([(v,) for v in values], "v long")
+    spark_hashes = {r["v"]: r["h"] for r in df.select("v", F.hash("v").alias("h")).collect()}
+    assert {v: spark_hash_long(v) for v in values} == spark_hashes
