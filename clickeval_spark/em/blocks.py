@@ -189,12 +189,17 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None, fol
     if [g.n_blocks for g in exact] != [g.n_blocks for g in groups]:   # the filter took a block's worth
         packed.unpersist()
         packed, sizes = _packed(prep, M, exact, block_serps, fold)
-    # kept in no more partitions than the cluster runs tasks at once (without dynamic allocation): a
-    # resident EM stage, one task per slot, starts on them as they are, not on a shuffle of every block
-    n_tasks = max(1, min(len(sizes), cluster_slots(prep) or len(sizes)))
-    blocks = checkpointed(balanced(packed.select(*BLOCK_SCHEMA.fieldNames()), n_tasks, sizes), keep_cached=True)
+    blocks = checkpointed(balanced(packed.select(*BLOCK_SCHEMA.fieldNames()), _task_partitions(prep, len(sizes)),
+                                   sizes), keep_cached=True)
     packed.unpersist()
     return PackedLog(blocks=blocks, max_rank=M, groups=tuple(exact), sizes=sizes)
+
+
+def _task_partitions(df: DataFrame, n_blocks: int) -> int:
+    """Partitions for ``n_blocks`` blocks: no more than the cluster runs tasks at once (without dynamic
+    allocation), so a resident EM stage, one task per slot, starts on them as they are, not on a shuffle of
+    every block."""
+    return max(1, min(n_blocks, cluster_slots(df) or n_blocks))
 
 
 def _group_rows(prep: DataFrame) -> dict[int, tuple[int, int]]:
@@ -274,9 +279,8 @@ def _packed(prep: DataFrame, M: int, groups: list[BlockGroup], block_serps: int 
     # a block's rows meet in one partition, block b's in partition b mod n_parts (a single log's: one block
     # each), and are grouped there in Arrow: no sort of the rows by Spark (`groupBy().applyInArrow` sorts
     # every row, lists and all, to group them)
-    keys = _partition_keys(n_parts)
-    to_part = F.element_at(F.array(*[F.lit(k) for k in keys]), F.pmod(F.col("block"), F.lit(n_parts)) + 1).cast("long")
-    packed = rows.repartition(n_parts, to_part).mapInArrow(pack, _PACKED_SCHEMA).cache()
+    packed = (_to_partitions(rows, n_parts, F.pmod(F.col("block"), F.lit(n_parts)))
+              .mapInArrow(pack, _PACKED_SCHEMA).cache())
     # the job that fills the cache: one row per block reaches the driver
     sizes = {int(r["block"]): (int(r["bytes"]), int(r["n_train"]), int(r["n_held_out"])) for r in
              packed.select("block", F.length("data").alias("bytes"), "n_train", "n_held_out").collect()}
@@ -289,21 +293,24 @@ def balanced(blocks: DataFrame, n: int, sizes: Mapping[int, tuple[int, ...]]) ->
     the fewest bytes so far. Blocks are far from equal: a query's SERPs all go to its block, and a log's head
     queries are large (a 10M log's blocks: 108k to 1.75M SERPs).
 
-    ``sizes``: block -> (bytes, ...) of at least ``blocks``' blocks; each block goes to its partition by a
-    shuffle keyed on a number that Spark's hash partitioning sends there (`_partition_keys`).
+    ``sizes``: block -> (bytes, ...) of at least ``blocks``' blocks.
     """
     if not sizes:   # an empty log
         return blocks.coalesce(n)
-    load, key = [0] * n, {}
-    keys = _partition_keys(n)
+    load, where = [0] * n, {}
     for block in sorted(sizes, key=lambda b: (-sizes[b][0], b)):
         t = min(range(n), key=lambda i: (load[i], i))
         load[t] += sizes[block][0]
-        key[block] = keys[t]
-    pairs = [F.lit(v) for b in sorted(key) for v in (b, key[b])]
-    return (blocks.withColumn("_partition_key", F.element_at(F.create_map(*pairs), F.col("block")).cast("long"))
-            .repartition(n, "_partition_key")
-            .drop("_partition_key"))
+        where[block] = t
+    pairs = [F.lit(v) for b in sorted(where) for v in (b, where[b])]
+    return _to_partitions(blocks, n, F.element_at(F.create_map(*pairs), F.col("block")))
+
+
+def _to_partitions(df: DataFrame, n: int, partition: Column) -> DataFrame:
+    """``df`` in ``n`` partitions, each row in the one ``partition`` (an int column, 0..n-1) names: a shuffle
+    keyed on a long that Spark's hash partitioning sends there (`_partition_keys`)."""
+    keys = F.array(*[F.lit(k) for k in _partition_keys(n)])
+    return df.repartition(n, F.element_at(keys, partition + 1).cast("long"))
 
 
 def _partition_keys(n: int) -> list[int]:
@@ -412,6 +419,6 @@ def sample_of(packed: PackedLog, serps: int) -> PackedLog | None:
     sizes = {b: packed.sizes[b] for b in ids if b in packed.sizes}   # (a block no query hashed to has none)
     kept = packed.blocks.where(F.col("block").isin(ids))
     # its own balance: a few blocks of unequal size, which the log's partitions hold unevenly
-    kept = balanced(kept, min(len(ids), cluster_slots(kept) or len(ids)), sizes)
+    kept = balanced(kept, _task_partitions(kept, len(ids)), sizes)
     n_serps, n_held_out = (sum(v[i] for v in sizes.values()) for i in (1, 2))
     return PackedLog(kept, packed.max_rank, (BlockGroup(group.first_block, len(ids), n_serps, n_held_out),), sizes)
