@@ -25,8 +25,9 @@ class PBM(ClickModel):
         return {"gamma": (M,)}
 
     def row_constants(self, clicks: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
-        """``cell`` (B, M) int32: the rank (gamma's index), M where masked."""
-        return {"cell": np.where(mask, np.arange(clicks.shape[1])[None, :], clicks.shape[1]).astype(np.int32)}
+        """``cell`` (B, M): the rank (gamma's index), M where masked; the smallest unsigned type (`UBM.row_constants`)."""
+        M = clicks.shape[1]
+        return {"cell": np.where(mask, np.arange(M)[None, :], M).astype(np.min_scalar_type(M))}
 
     def cond_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
                    clicks: np.ndarray, mask: np.ndarray) -> np.ndarray:
