@@ -22,6 +22,8 @@ from numba import njit
 
 #: a row's product of probabilities is logged and restarted below this (1e-6 ** 41 ~ 1e-246)
 _UNDERFLOW = 1e-250
+#: `beta_binomial_evidence` tabulates ln Gamma(n + k) of the whole counts below this (99% of a 10M log's pairs)
+_COUNTS = 256
 _CACHE = os.access(os.path.dirname(os.path.abspath(__file__)), os.W_OK)
 
 
@@ -74,6 +76,19 @@ def examination_pass(alpha: np.ndarray, pairs: np.ndarray, cells: np.ndarray, cl
 
 
 @njit(cache=_CACHE, nogil=True)
+def rank_weighted_sums(bins: np.ndarray, weight: np.ndarray, by_rank: np.ndarray, n_rows: int,
+                       out: np.ndarray) -> None:
+    """Adds weight[b] * by_rank[f, r] to out[f, bins[b, r]] for the rows b < n_rows and every rank r, in row
+    then rank order: `base.binned_sums` of those products (the same terms in the same order, so the same
+    sums) without its (B, M) temporaries (a 10M log's block: 19 ms a call, now 6)."""
+    M = bins.shape[1]
+    for f in range(by_rank.shape[0]):
+        for b in range(n_rows):
+            w = weight[b]
+            for r in range(M):
+                out[f, bins[b, r]] += w * by_rank[f, r]
+
+
 def beta_binomial_evidence(num: np.ndarray, den: np.ndarray, m: np.ndarray, grid: np.ndarray,
                            out: np.ndarray) -> None:
     """Adds to out[j], for the prior strength k = grid[j], the Beta-binomial log evidence of the counts:
@@ -81,26 +96,46 @@ def beta_binomial_evidence(num: np.ndarray, den: np.ndarray, m: np.ndarray, grid
 
     Expected (real) counts are allowed: the Beta function is defined for real arguments. Items
     without a count add nothing; m is kept inside (1e-9, 1 - 1e-9). The terms of the prior alone,
-    ln Gamma(k m), ln Gamma(k (1 - m)), ln Gamma(k), are computed once per run of items with the same m
-    (a family's pooled mean is every item's): half the lgamma calls, the same values and sums.
+    ln Gamma(k m) and ln Gamma(k (1 - m)), are computed once per distinct m: a family's pooled mean
+    is every item's, and of the means of the ranks an item was shown at (``seen_by_rank``) most
+    recur (a 10M log's block: 98k pairs, 9k distinct means). ln Gamma(n + k) of a whole count n
+    below `_COUNTS` (an examination model's attractiveness counts impressions, most of them a few)
+    comes from a table. The same arguments, so the same values and sums, with half the lgamma calls.
     """
+    m = np.asarray(m, dtype=np.float64)
+    if m.size and m.min() == m.max():   # one mean (pooled): no sort
+        means, index = m[:1], np.zeros(m.size, dtype=np.intp)
+    else:
+        means, index = np.unique(m, return_inverse=True)
+    _evidence(num, den, index, np.minimum(np.maximum(means, 1e-9), 1.0 - 1e-9), grid, out)
+
+
+@njit(cache=_CACHE, nogil=True)
+def _evidence(num: np.ndarray, den: np.ndarray, index: np.ndarray, means: np.ndarray, grid: np.ndarray,
+              out: np.ndarray) -> None:
+    """`beta_binomial_evidence` with item i's mean at means[index[i]] (distinct, inside (0, 1))."""
     lg_k = np.empty(grid.size)
-    lg_p, lg_q = np.empty(grid.size), np.empty(grid.size)
     for j in range(grid.size):
         lg_k[j] = math.lgamma(grid[j])
-    prev = np.nan
+    lg_n = np.empty((_COUNTS, grid.size))
+    for n in range(_COUNTS):
+        for j in range(grid.size):
+            lg_n[n, j] = math.lgamma(float(n) + grid[j])
+    lg_p, lg_q = np.empty((means.size, grid.size)), np.empty((means.size, grid.size))
+    for u in range(means.size):
+        for j in range(grid.size):
+            lg_p[u, j], lg_q[u, j] = math.lgamma(grid[j] * means[u]), math.lgamma(grid[j] * (1.0 - means[u]))
     for i in range(num.size):
         a = num[i]
         b = max(den[i] - a, 0.0)
-        if a + b <= 0.0:
+        n = a + b
+        if n <= 0.0:
             continue
-        mi = min(max(m[i], 1e-9), 1.0 - 1e-9)
-        if mi != prev:
-            for j in range(grid.size):
-                lg_p[j], lg_q[j] = math.lgamma(grid[j] * mi), math.lgamma(grid[j] * (1.0 - mi))
-            prev = mi
+        whole = n < _COUNTS and n == math.floor(n)
+        u = index[i]
+        mi = means[u]
         for j in range(grid.size):
             k = grid[j]
             p, q = k * mi, k * (1.0 - mi)
-            out[j] += (math.lgamma(a + p) + math.lgamma(b + q) - math.lgamma(a + b + k)
-                       - lg_p[j] - lg_q[j] + lg_k[j])
+            lg_total = lg_n[int(n), j] if whole else math.lgamma(n + k)
+            out[j] += (math.lgamma(a + p) + math.lgamma(b + q) - lg_total - lg_p[u, j] - lg_q[u, j] + lg_k[j])

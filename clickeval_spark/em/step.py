@@ -29,7 +29,7 @@ class BlockArrays:
 
     The resident engine builds each of its blocks' once per fit (its tasks keep their blocks between
     passes); the stage engine once per pass. Beside the 54 bytes of a packed row (M = 10) it holds
-    about 50 more (mask and bins), and a kernel's `row_constants` (UBM: 40). Indices are int32, not intp: a
+    about 50 more (mask and bins), and a kernel's `row_constants` (UBM: 10). Indices are int32, not intp: a
     fit's blocks are held whole, and every byte of them is memory a worker takes from the machine.
     """
 
@@ -231,11 +231,11 @@ def _evidence(num: np.ndarray, den: np.ndarray, m: np.ndarray) -> np.ndarray:
 def _pair_means(block: BlockArrays, by_rank: np.ndarray) -> np.ndarray:
     """(P, n_pairs): each pair's impression-weighted mean of ``by_rank`` (P, M) over its training ranks
     (INIT_VALUE for a pair without one)."""
-    n, M = block.n_train, block.clicks.shape[1]
-    bins = block.bins[:n].ravel()
-    w = np.broadcast_to(block.weight[:n, None], (n, M))
-    sums = np.stack([binned_sums(bins, block.n_pairs, (w * row[None, :]).ravel()) for row in by_rank])
-    return ratio_or(sums, block.impressions[None, :], INIT_VALUE)
+    from clickeval_spark.em.compiled import rank_weighted_sums   # numba: see `_examination_pass`
+
+    sums = np.zeros((len(by_rank), block.n_pairs + 1))   # the spare bin n_pairs: masked ranks
+    rank_weighted_sums(block.bins, block.weight, np.ascontiguousarray(by_rank, dtype=np.float64), block.n_train, sums)
+    return ratio_or(sums[:, :-1], block.impressions[None, :], INIT_VALUE)
 
 
 def _examination_pass(g: Mapping[str, np.ndarray], block: BlockArrays, alpha: np.ndarray, estep: bool, held_out: bool,

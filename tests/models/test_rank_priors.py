@@ -44,6 +44,15 @@ def test_evidence_is_the_beta_binomial_marginal_and_eb_takes_its_argmax():
     beta_binomial_evidence(num, den, runs, np.asarray(EB_GRID), got)
     kept = den > 0
     np.testing.assert_allclose(got, _evidence(num[kept], den[kept], runs[kept]), rtol=1e-12, atol=1e-9)
+    # whole counts inside and beyond the table of ln Gamma(n + k) (256), a few means recurring in any
+    # order (the prior's terms are computed once per distinct mean), and whole expected clicks
+    den = rng.choice([1.0, 2.0, 3.0, 255.0, 256.0, 300.0, 4000.0], 500)
+    num = np.where(np.arange(500) % 5 == 0, np.floor(den / 3), den * rng.beta(2.0, 6.0, 500))
+    m = rng.choice([0.1, 0.25, 0.5], 500)
+    m[::9] = rng.uniform(0.05, 0.6, m[::9].size)
+    got = np.zeros(len(EB_GRID))
+    beta_binomial_evidence(num, den, m, np.asarray(EB_GRID), got)
+    np.testing.assert_allclose(got, _evidence(num, den, m), rtol=1e-12, atol=1e-9)
 
 
 def test_unseen_pairs_take_their_rank_mean_and_seen_pairs_can_shrink_toward_their_ranks(spark):
