@@ -55,17 +55,18 @@ class BlockArrays:
         B = clicks.shape[0]
         n_train = B if n_train is None else int(n_train)
         weight = np.ones(B) if weight is None else np.asarray(weight, dtype=np.float64)
+        # built in place, without (B, M) temporaries: every byte of them is memory a worker takes fresh
         mask = pair >= 0
-        bins = np.where(mask, pair, n_pairs).astype(np.int32)   # int32, not intp: 40 bytes a row less to hold
-        w = np.broadcast_to(weight[:n_train, None], (n_train, clicks.shape[1]))
-        impressions = binned_sums(bins[:n_train].ravel(), n_pairs, w.ravel())
+        bins = pair.astype(np.int32)   # int32, not intp: 40 bytes a row less to hold
+        bins[~mask] = n_pairs
+        impressions, rank_impressions = _impressions(bins, weight, n_train, n_pairs)
         held = bins[n_train:]   # a view
         unseen = held < n_pairs
         if n_pairs:
             unseen &= impressions[np.where(unseen, held, 0)] == 0
         held[unseen] = n_pairs + 1 + np.nonzero(unseen)[1]
         return cls(clicks, pair, int(n_pairs), n_train, weight, mask, bins, impressions=impressions,
-                   rank_impressions=(weight[:n_train] @ mask[:n_train]).astype(np.float64),
+                   rank_impressions=rank_impressions,
                    n_valid=float(weight[n_train:] @ mask[n_train:].sum(axis=1)),
                    const=model.row_constants(clicks, mask))
 
@@ -226,6 +227,19 @@ def _evidence(num: np.ndarray, den: np.ndarray, m: np.ndarray) -> np.ndarray:
     out = np.zeros(len(EB_GRID))
     beta_binomial_evidence(num, den, np.ascontiguousarray(m, dtype=np.float64), np.asarray(EB_GRID), out)
     return out
+
+
+def _impressions(bins: np.ndarray, weight: np.ndarray, n_train: int, n_pairs: int) -> tuple[np.ndarray, np.ndarray]:
+    """The training rows' weighted impressions of each pair (n_pairs,) and at each rank (M,): sums of whole
+    weights, so exact in any order."""
+    from clickeval_spark.em.compiled import rank_weighted_sums   # numba: see `_examination_pass`
+
+    M = bins.shape[1]
+    by_pair = np.zeros((1, n_pairs + 1))   # the spare bin n_pairs: masked ranks
+    rank_weighted_sums(bins, weight, np.ones((1, M)), n_train, by_pair)
+    mask = bins[:n_train] < n_pairs
+    by_rank = np.array([weight[:n_train][mask[:, r]].sum() for r in range(M)], dtype=np.float64)
+    return by_pair[0, :-1], by_rank
 
 
 def _pair_means(block: BlockArrays, by_rank: np.ndarray) -> np.ndarray:

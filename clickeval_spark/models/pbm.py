@@ -27,7 +27,9 @@ class PBM(ClickModel):
     def row_constants(self, clicks: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
         """``cell`` (B, M): the rank (gamma's index), M where masked; the smallest unsigned type (`UBM.row_constants`)."""
         M = clicks.shape[1]
-        return {"cell": np.where(mask, np.arange(M)[None, :], M).astype(np.min_scalar_type(M))}
+        cell = np.broadcast_to(np.arange(M, dtype=np.min_scalar_type(M)), clicks.shape).copy()
+        cell[~mask] = M
+        return {"cell": cell}
 
     def cond_probs(self, qd: Mapping[str, np.ndarray], g: Mapping[str, np.ndarray],
                    clicks: np.ndarray, mask: np.ndarray) -> np.ndarray:

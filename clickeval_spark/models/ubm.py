@@ -17,11 +17,11 @@ from clickeval_spark.models.base import ClickModel, Stats, binned_sums, log_like
 from clickeval_spark.models.pbm import examination_posteriors
 
 
-def last_click_above(clicks: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """(B, M) int: 1-based rank of the last click above each rank, 0 if none."""
+def last_click_above(clicks: np.ndarray, mask: np.ndarray, dtype=np.int64) -> np.ndarray:
+    """(B, M) ``dtype``: 1-based rank of the last click above each rank, 0 if none."""
     B, M = clicks.shape
-    out = np.zeros((B, M), dtype=np.int64)
-    k = np.zeros(B, dtype=np.int64)
+    out = np.zeros((B, M), dtype=dtype)
+    k = np.zeros(B, dtype=dtype)
     for r in range(M):
         out[:, r] = k
         k = np.where((clicks[:, r] == 1) & mask[:, r], r + 1, k)
@@ -44,8 +44,11 @@ class UBM(ClickModel):
         unsigned type that holds it (uint8 up to M = 15): a fit holds it for every row, and the compiled
         pass reads it at every rank (uint8 instead of int32: 11% less time per pass on a 10M log's block)."""
         M = clicks.shape[1]
-        cell = np.arange(M)[None, :] * (M + 1) + last_click_above(clicks, mask)
-        return {"cell": np.where(mask, cell, M * (M + 1)).astype(np.min_scalar_type(M * (M + 1)))}
+        dtype = np.min_scalar_type(M * (M + 1))
+        cell = last_click_above(clicks, mask, dtype)   # in place from here: no (B, M) int64 temporaries
+        cell += (np.arange(M) * (M + 1)).astype(dtype)
+        cell[~mask] = M * (M + 1)
+        return {"cell": cell}
 
     def _exam(self, g: Mapping[str, np.ndarray], cell: np.ndarray) -> np.ndarray:
         """gamma of each rank's cell; 0 in the spare cell."""
