@@ -8,7 +8,8 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from clickeval_spark.em.blocks import balanced, pack_log, pack_serps, spark_hash_long
+from clickeval_spark.em.blocks import (BlockGroup, _largest_first, _packed, balanced, pack_log, pack_serps,
+                                      spark_hash_long)
 from clickeval_spark.em.codec import decode_data, pack_block
 
 SERPS = T.StructType([
@@ -30,6 +31,27 @@ def test_blocks_go_to_partitions_largest_first_each_to_the_least_loaded(spark):
     # and with as many partitions as blocks: one block each
     out = balanced(blocks, 5, sizes)
     assert sorted(r["n"] for r in out.groupBy(F.spark_partition_id()).agg(F.count("*").alias("n")).collect()) == [1] * 5
+
+
+def test_the_pack_takes_the_largest_blocks_first(spark):
+    """Blocks by their query_id rows, most first (a tie by number), as the pack itself counts them; block
+    order[t] is packed by task t, which Spark starts t-th."""
+    rows = ([("q0", ["d0", "d1"], [1, 0])] * 30
+            + [(f"q{i}", ["d2"], [0]) for i in range(1, 12) for _ in range(i % 5 + 1)])
+    serps = spark.createDataFrame(rows, SERPS)
+    groups = [BlockGroup(0, 5, len(rows), 0)]
+    order = _largest_first(serps.select("query_id"), groups)
+    packed, sizes = _packed(serps.withColumn("held_out", F.lit(False)).withColumn("group", F.lit(0)), 2, groups,
+                            None, False, order)
+    try:
+        counts = {b: sizes.get(b, (0, 0, 0))[1] for b in range(5)}
+        assert sorted(order) == list(range(5)) and max(counts.values()) >= 30
+        assert order == sorted(counts, key=lambda b: (-counts[b], b))
+        where = {r["block"]: r["p"] for r in packed.select("block", F.spark_partition_id().alias("p")).collect()}
+        assert where == {b: t for t, b in enumerate(order) if counts[b]}
+    finally:
+        packed.unpersist()
+    assert _largest_first(None, groups) is None
 
 
 def _rows(packed):
