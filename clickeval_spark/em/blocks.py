@@ -330,6 +330,13 @@ def balanced(blocks: DataFrame, n: int, sizes: Mapping[int, tuple[int, ...]]) ->
     return _to_partitions(blocks, n, F.element_at(F.create_map(*pairs), F.col("block")))
 
 
+def replicated(blocks: DataFrame, n: int) -> DataFrame:
+    """``blocks`` copied into each of ``n`` partitions: every partition holds every block (a selection sample's
+    few blocks, for tasks that share out candidates instead of blocks)."""
+    copies = blocks.crossJoin(blocks.sparkSession.range(n).select(F.col("id").cast("int").alias("_copy")))
+    return _to_partitions(copies, n, F.col("_copy")).drop("_copy")
+
+
 def _to_partitions(df: DataFrame, n: int, partition: Column) -> DataFrame:
     """``df`` in ``n`` partitions, each row in the one ``partition`` (an int column, 0..n-1) names: a shuffle
     keyed on a long that Spark's hash partitioning sends there (`_partition_keys`)."""

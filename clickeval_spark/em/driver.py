@@ -61,18 +61,21 @@ def fit_groups(packed: PackedLog, model: ClickModel, options: EMOptions | None =
                              + (f" in group {g}" if len(packed.groups) > 1 else ""))
     tasks = resident_tasks(packed, model, opts.engine)
     if tasks:
-        def resident(log_: PackedLog) -> Passes:
+        def resident(log_: PackedLog, shared: int = 0) -> Passes:
+            """The stage over ``log_``; ``shared`` (a number of candidates, a selection sample's: a few blocks of
+            unequal size, which blocks alone cannot balance): each task holds every block and runs its share."""
             t0 = time.perf_counter()
-            engine = ResidentPasses(log_.blocks, model, log_.max_rank, log_.first_blocks, min(tasks, log_.n_blocks))
-            log.info("%s resident EM stage: %d tasks up in %.2f s", model.name, engine.n_tasks,
-                     time.perf_counter() - t0)
+            engine = ResidentPasses(log_.blocks, model, log_.max_rank, log_.first_blocks,
+                                    min(tasks, shared or log_.n_blocks), shared=shared > 1)
+            log.info("%s resident EM stage: %d tasks up in %.2f s%s", model.name, engine.n_tasks,
+                     time.perf_counter() - t0, ", candidates shared out" if engine.shared else "")
             return engine
         try:
             return _fit(packed, model, opts, resident, log)
         except EngineLost as e:
             log.warning("%s: the resident EM stage was lost (%s); fitting again with one Spark stage per pass",
                         model.name, e)
-    return _fit(packed, model, opts, lambda log_: StagePasses(log_, model, opts.checkpoint_interval, log), log)
+    return _fit(packed, model, opts, lambda log_, shared=0: StagePasses(log_, model, opts.checkpoint_interval, log), log)
 
 
 def resident_tasks(packed: PackedLog, model: ClickModel, engine: str) -> int:
@@ -102,7 +105,7 @@ def _candidates(packed: PackedLog, model: ClickModel, opts: EMOptions, prior) ->
     return grids, cands
 
 
-def _fit(packed: PackedLog, model: ClickModel, opts: EMOptions, engine: Callable[[PackedLog], Passes],
+def _fit(packed: PackedLog, model: ClickModel, opts: EMOptions, engine: Callable[..., Passes],
          log: logging.Logger) -> list[FittedModel]:
     M = packed.max_rank
     prior = opts.prior or model_prior(model, M)
@@ -163,7 +166,7 @@ def _run(packed: PackedLog, model: ClickModel, opts: EMOptions, cands: list[Cand
 
 
 def _select_on_sample(packed: PackedLog, model: ClickModel, opts: EMOptions, prior, cands: list[Candidate],
-                      grids: list, engine: Callable[[PackedLog], Passes], n_passes: int, pooled: bool,
+                      grids: list, engine: Callable[..., Passes], n_passes: int, pooled: bool,
                       log: logging.Logger) -> tuple[list[Candidate], dict] | None:
     """On a log larger than ``opts.select_serps``, the candidates of ``k: auto`` compete on a sample of whole
     queries (`blocks.sample_of`) instead of the whole log: (the chosen candidate, fresh, as the only one;
@@ -184,7 +187,7 @@ def _select_on_sample(packed: PackedLog, model: ClickModel, opts: EMOptions, pri
              len(cands), group.n_blocks, packed.groups[0].n_blocks, group.n_serps, group.n_held_out)
     passes = None
     try:
-        passes = engine(sample)
+        passes = engine(sample, shared=len(cands))
         _run(sample, model, opts, cands, passes, n_passes, pooled, log)
         passes.end()   # the stage ends as a fit's does, not cancelled (its tasks would log a lost socket)
     finally:

@@ -1,7 +1,9 @@
 """The resident engine: every EM pass of a fit inside one long-running barrier stage.
 
 Each task (at most one per slot of the cluster) decodes its blocks once and keeps their state in its
-Python worker. Per pass the driver sends the pass plans over a socket and reads back every block's
+Python worker. With ``shared`` the tasks share out the candidates instead: each holds every block and
+runs every n-th candidate (a selection sample: 18 candidates on a few blocks of unequal size, which
+blocks alone cannot balance). Per pass the driver sends the pass plans over a socket and reads back every block's
 stats vector; it adds them in block order as the stage engine does, and every block runs the same
 `sums.block_pass`: the same sums and parameters, bit for bit, without a Spark job per pass. After the
 last pass each task returns its blocks with their final state as the stage's rows (locally
@@ -34,7 +36,7 @@ import pyarrow as pa
 from pyspark import BarrierTaskContext
 from pyspark.sql import DataFrame
 
-from clickeval_spark.em.blocks import PASS_SCHEMA, checkpointed, release
+from clickeval_spark.em.blocks import PASS_SCHEMA, checkpointed, release, replicated
 from clickeval_spark.em.passes import EngineLost, PassPlan
 from clickeval_spark.em.step import BlockArrays
 from clickeval_spark.em.sums import block_pass, pass_plans, stats_layout, sum_block_stats
@@ -109,11 +111,14 @@ def decode_plans(buf) -> list[PassPlan] | None:
             for p in msg["plans"]]
 
 
-def _task_fn(model: ClickModel, first_blocks: tuple[int, ...], address: tuple[str, int], token: bytes):
-    """The barrier task: decode the blocks of its partition, then run passes until the driver says finish."""
+def _task_fn(model: ClickModel, first_blocks: tuple[int, ...], address: tuple[str, int], token: bytes,
+             shared: bool = False):
+    """The barrier task: decode the blocks of its partition, then run passes until the driver says finish;
+    ``shared``: only the candidates c with c mod (tasks) = its partition (the others' sums are zeros)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ctx = BarrierTaskContext.get()
+        share, n_shares = (ctx.partitionId(), len(ctx.getTaskInfos())) if shared else (0, 1)
         kept, ids, arrays, states = [], [], [], []
         for batch in batches:   # the buffers stay valid while their batch is kept
             kept.append(batch)
@@ -135,6 +140,7 @@ def _task_fn(model: ClickModel, first_blocks: tuple[int, ...], address: tuple[st
                         states, vecs = [None] * len(ids), []
                     break
                 plans, lanes = pass_plans(plans, len(first_blocks))
+                lanes = [[c for c in lane if c % n_shares == share] for lane in lanes]
                 vecs = []
                 for i, block in enumerate(ids):
                     states[i], vec = block_pass(model, plans, lanes, first_blocks, block, arrays[i], states[i])
@@ -182,7 +188,7 @@ class ResidentPasses:
     """
 
     def __init__(self, blocks: DataFrame, model: ClickModel, M: int, first_blocks: tuple[int, ...],
-                 n_tasks: int, *, connect_timeout: float = CONNECT_TIMEOUT):
+                 n_tasks: int, *, shared: bool = False, connect_timeout: float = CONNECT_TIMEOUT):
         self.model, self.M = model, M
         spark = blocks.sparkSession
         self._sc = spark.sparkContext
@@ -192,10 +198,13 @@ class ResidentPasses:
         self._server.settimeout(_POLL)
         token = secrets.token_bytes(_TOKEN_BYTES)
         rows = blocks.select(*PASS_SCHEMA.fieldNames())
+        self.shared = shared
         # a barrier stage may not change its number of partitions (no coalesce): a shuffle to one per task
-        if rows.rdd.getNumPartitions() != n_tasks:
+        if shared:
+            rows = replicated(rows, n_tasks)
+        elif rows.rdd.getNumPartitions() != n_tasks:
             rows = rows.repartitionByRange(n_tasks, "block")
-        stage = rows.mapInArrow(_task_fn(model, first_blocks, (host, self._server.getsockname()[1]), token),
+        stage = rows.mapInArrow(_task_fn(model, first_blocks, (host, self._server.getsockname()[1]), token, shared),
                                 PASS_SCHEMA, barrier=True)
         self._group = f"clickeval-resident-{uuid.uuid4().hex}"
         self._final: DataFrame | None = None
@@ -275,7 +284,9 @@ class ResidentPasses:
                 vecs = np.frombuffer(_recv(conn, self._alive), dtype=np.float64)
                 if vecs.size != len(ids) * size:
                     raise EngineLost(f"a task sent {vecs.size} sums, expected {len(ids) * size}")
-                by_block.update(zip(ids, vecs.reshape(len(ids), size)))
+                for b, vec in zip(ids, vecs.reshape(len(ids), size)):
+                    # shared candidates: each task's zeros where the candidate is another's, so x + 0 = x
+                    by_block[b] = by_block[b] + vec if b in by_block else vec
         except ConnectionError as e:   # a task's end of the socket went away with it
             raise EngineLost(f"a task's connection failed: {e!r}") from e
         return sum_block_stats(self.model, self.M, plans, (by_block[b] for b in sorted(by_block)))
@@ -290,6 +301,8 @@ class ResidentPasses:
 
     def finish(self) -> DataFrame:
         """End the stage: the blocks as PASS_SCHEMA rows with their final state (their data empty), checkpointed."""
+        if self.shared:   # every task has every block, each with its own candidates' state
+            raise ValueError("ResidentPasses.finish: a stage of shared candidates has no one state per block; end() it")
         final = self._end_stage(keep_state=True)
         if self._sc.getCheckpointDir() is not None:
             # a lost executor's final state is read back, not recomputed by the stage

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import logging
+import logging.handlers
+
 import numpy as np
 import pytest
 from pyspark.sql import functions as F
@@ -30,12 +33,19 @@ def fits(spark):
     in_sample = F.pmod(F.xxhash64(F.lit("clickeval-block"), F.col("query_id")), F.lit(4)).isin(0, 2)
     packed = pack_serps(train_df, max_rank=M, held_out=valid_df)
     alone = pack_serps(train_df.where(in_sample), max_rank=M, held_out=valid_df.where(in_sample))
+    log = logging.getLogger("tests.select_on_sample")
+    log.setLevel(logging.INFO)
+    said = logging.handlers.BufferingHandler(10_000)
+    log.addHandler(said)
     try:
+        sampled = fit(packed, model, select_serps=1200, logger=log, **OPTIONS)   # auto: resident on local[2]
         yield {"whole": fit(packed, model, select_serps=None, **OPTIONS),
-               "sampled": fit(packed, model, select_serps=1200, **OPTIONS),
+               "sampled": sampled, "log": "\n".join(r.getMessage() for r in said.buffer),
+               "sampled_stages": fit(packed, model, select_serps=1200, engine="stages", **OPTIONS),
                "alone": fit(alone, model, select_serps=None, **OPTIONS),
                "n_sample": (train_df.where(in_sample).count(), valid_df.where(in_sample).count())}
     finally:
+        log.removeHandler(said)
         packed.unpersist()
         alone.unpersist()
 
@@ -70,3 +80,14 @@ def test_the_chosen_candidate_fits_the_whole_log_as_among_all_candidates(fits):
                                                                         whole.valid_ll)
     assert [h[:2] for h in sampled.history] == [h[:2] for h in whole.history]
     assert sampled.prior_spec == whole.prior_spec
+
+
+def test_resident_tasks_share_out_the_candidates_with_the_stage_engines_bits(fits):
+    """On local[2] the sample's stage holds every sample block in each task and runs every other candidate;
+    its selection (every grid entry's valid LL and passes) and the fit after it are the stage engine's bits."""
+    assert "resident EM stage: 2 tasks up" in fits["log"] and "candidates shared out" in fits["log"]
+    sampled, stages = fits["sampled"], fits["sampled_stages"]
+    assert sampled.selection == stages.selection
+    assert sorted(tuple(r) for r in sampled.qd.collect()) == sorted(tuple(r) for r in stages.qd.collect())
+    assert {k: v.tobytes() for k, v in sampled.glob.items()} == {k: v.tobytes() for k, v in stages.glob.items()}
+    assert sampled.log_posterior == stages.log_posterior
