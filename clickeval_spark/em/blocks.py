@@ -298,7 +298,7 @@ def _packed(prep: DataFrame, M: int, groups: list[BlockGroup], block_serps: int 
     else:
         rows = rows.withColumn("weight", F.lit(1).cast("long"))
     # a block's rows meet in one partition, block b's in partition b mod n_parts (a single log's: one block
-    # each), and are grouped there in Arrow: no sort of the rows by Spark (`groupBy().applyInArrow` sorts
+    # each, the largest first with ``order``), and are grouped there in Arrow: no sort of the rows by Spark (`groupBy().applyInArrow` sorts
     # every row, lists and all, to group them)
     if order is None:
         task = F.pmod(F.col("block"), F.lit(n_parts))

@@ -75,7 +75,11 @@ def fit_groups(packed: PackedLog, model: ClickModel, options: EMOptions | None =
         except EngineLost as e:
             log.warning("%s: the resident EM stage was lost (%s); fitting again with one Spark stage per pass",
                         model.name, e)
-    return _fit(packed, model, opts, lambda log_, shared=0: StagePasses(log_, model, opts.checkpoint_interval, log), log)
+
+    def stages(log_: PackedLog, shared: int = 0) -> Passes:   # a job per pass: nothing to share out
+        return StagePasses(log_, model, opts.checkpoint_interval, log)
+
+    return _fit(packed, model, opts, stages, log)
 
 
 def resident_tasks(packed: PackedLog, model: ClickModel, engine: str) -> int:

@@ -25,7 +25,8 @@ class PBM(ClickModel):
         return {"gamma": (M,)}
 
     def row_constants(self, clicks: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
-        """``cell`` (B, M): the rank (gamma's index), M where masked; the smallest unsigned type (`UBM.row_constants`)."""
+        """``cell`` (B, M): the rank (gamma's index), M where masked; in the smallest unsigned type, as
+        `UBM.row_constants`."""
         M = clicks.shape[1]
         cell = np.broadcast_to(np.arange(M, dtype=np.min_scalar_type(M)), clicks.shape).copy()
         cell[~mask] = M
