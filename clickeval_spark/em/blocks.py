@@ -298,8 +298,8 @@ def _packed(prep: DataFrame, M: int, groups: list[BlockGroup], block_serps: int 
     else:
         rows = rows.withColumn("weight", F.lit(1).cast("long"))
     # a block's rows meet in one partition, block b's in partition b mod n_parts (a single log's: one block
-    # each, the largest first with ``order``), and are grouped there in Arrow: no sort of the rows by Spark (`groupBy().applyInArrow` sorts
-    # every row, lists and all, to group them)
+    # each; with ``order``, the largest first), and are grouped there in Arrow: no sort of the rows by Spark
+    # (`groupBy().applyInArrow` sorts every row, lists and all, to group them)
     if order is None:
         task = F.pmod(F.col("block"), F.lit(n_parts))
     else:   # block order[t] in partition t

@@ -4,8 +4,8 @@ Each task (at most one per slot of the cluster) decodes its blocks once and keep
 Python worker. With ``shared`` the tasks share out the candidates instead: each holds every block and
 runs every n-th candidate (a selection sample: 18 candidates on a few blocks of unequal size, which
 blocks alone cannot balance). Per pass the driver sends the pass plans over a socket and reads back
-every block's stats vector; it adds them in block order as the stage engine does, and every block runs the same
-`sums.block_pass`: the same sums and parameters, bit for bit, without a Spark job per pass. After the
+every block's stats vector; it adds them in block order as the stage engine does, and every block runs
+the same `sums.block_pass`: the same sums and parameters, bit for bit, without a Spark job per pass. After the
 last pass each task returns its blocks with their final state as the stage's rows (locally
 checkpointed; reliably too with a checkpoint directory).
 

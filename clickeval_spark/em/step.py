@@ -59,7 +59,9 @@ class BlockArrays:
         mask = pair >= 0
         bins = pair.astype(np.int32)   # int32, not intp: 40 bytes a row less to hold
         bins[~mask] = n_pairs
-        impressions, rank_impressions = _impressions(bins, weight, n_train, n_pairs)
+        impressions = _pair_sums(bins, weight, np.ones((1, clicks.shape[1])), n_train, n_pairs)[0]
+        # whole weights: exact in any order
+        rank_impressions = np.array([weight[:n_train][mask[:n_train, r]].sum() for r in range(clicks.shape[1])])
         held = bins[n_train:]   # a view
         unseen = held < n_pairs
         if n_pairs:
@@ -229,27 +231,21 @@ def _evidence(num: np.ndarray, den: np.ndarray, m: np.ndarray) -> np.ndarray:
     return out
 
 
-def _impressions(bins: np.ndarray, weight: np.ndarray, n_train: int, n_pairs: int) -> tuple[np.ndarray, np.ndarray]:
-    """The training rows' weighted impressions of each pair (n_pairs,) and at each rank (M,): sums of whole
-    weights, so exact in any order."""
+def _pair_sums(bins: np.ndarray, weight: np.ndarray, by_rank: np.ndarray, n_train: int, n_pairs: int) -> np.ndarray:
+    """(F, n_pairs): per pair, the sum over the training rows' ranks in it of weight * by_rank[f, rank]
+    (`compiled.rank_weighted_sums`: bincount's terms and order, without its (B, M) temporaries)."""
     from clickeval_spark.em.compiled import rank_weighted_sums   # numba: see `_examination_pass`
 
-    M = bins.shape[1]
-    by_pair = np.zeros((1, n_pairs + 1))   # the spare bin n_pairs: masked ranks
-    rank_weighted_sums(bins, weight, np.ones((1, M)), n_train, by_pair)
-    mask = bins[:n_train] < n_pairs
-    by_rank = np.array([weight[:n_train][mask[:, r]].sum() for r in range(M)], dtype=np.float64)
-    return by_pair[0, :-1], by_rank
+    sums = np.zeros((len(by_rank), n_pairs + 1))   # the spare bin n_pairs: masked ranks
+    rank_weighted_sums(bins, weight, np.ascontiguousarray(by_rank, dtype=np.float64), n_train, sums)
+    return sums[:, :-1]
 
 
 def _pair_means(block: BlockArrays, by_rank: np.ndarray) -> np.ndarray:
     """(P, n_pairs): each pair's impression-weighted mean of ``by_rank`` (P, M) over its training ranks
     (INIT_VALUE for a pair without one)."""
-    from clickeval_spark.em.compiled import rank_weighted_sums   # numba: see `_examination_pass`
-
-    sums = np.zeros((len(by_rank), block.n_pairs + 1))   # the spare bin n_pairs: masked ranks
-    rank_weighted_sums(block.bins, block.weight, np.ascontiguousarray(by_rank, dtype=np.float64), block.n_train, sums)
-    return ratio_or(sums[:, :-1], block.impressions[None, :], INIT_VALUE)
+    sums = _pair_sums(block.bins, block.weight, by_rank, block.n_train, block.n_pairs)
+    return ratio_or(sums, block.impressions[None, :], INIT_VALUE)
 
 
 def _examination_pass(g: Mapping[str, np.ndarray], block: BlockArrays, alpha: np.ndarray, estep: bool, held_out: bool,
