@@ -59,11 +59,16 @@ def create_table(spark: SparkSession, warehouse: str, name: str) -> None:
         (DeltaTable.createIfNotExists(spark).location(path).addColumns(SCHEMAS[name])
          .partitionedBy(*PARTITION_COLUMNS[name]).execute())
     except AnalysisException as exc:
-        # not empty because another writer's create has begun (its _delta_log is there): retried. Files of
-        # anything else at the path stay Delta's error.
-        if "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION" in str(exc) and _exists(spark, f"{path}/_delta_log"):
+        # Another writer's create has begun (its _delta_log is there, its commit maybe not): Delta finds the
+        # location not empty, or the builder's read-back of the table (DeltaTable.forPath) finds no commit
+        # (DELTA_TABLE_NOT_FOUND: CI after the 19th session, 1 race in 40 here). Both are retried; files
+        # of anything else at the path stay Delta's error.
+        if any(f"[{c}]" in str(exc) for c in _RACE_CONDITIONS) and _exists(spark, f"{path}/_delta_log"):
             raise TableCreationRace(f"{name}: another writer is creating the table at {path}") from exc
         raise
+
+
+_RACE_CONDITIONS = {"DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_TABLE_NOT_FOUND"}
 
 
 def _exists(spark: SparkSession, path: str) -> bool:

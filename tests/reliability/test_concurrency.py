@@ -116,14 +116,16 @@ def _landed(spark, warehouse: str, run_ids: list[str]) -> None:
     assert sorted((r["run_id"], r["job"], r["status"]) for r in runs) == [(r, "race", "succeeded") for r in sorted(run_ids)]
 
 
-def test_a_create_that_finds_another_writers_delta_log_is_a_retried_race(spark, tmp_path, monkeypatch):
+@pytest.mark.parametrize("condition", ["DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_TABLE_NOT_FOUND"])
+def test_a_create_that_finds_another_writers_delta_log_is_a_retried_race(spark, tmp_path, monkeypatch, condition):
     """The loser of a creation race may find the winner's `_delta_log` (its commit not yet in the loser's snapshot):
     Delta then refuses a non-empty location (CI, 16th session: DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION from
-    DeltaTableBuilder.execute). That is a conflict to retry, and the retry finds the table; files of anything else
-    at the path stay Delta's own error, not retried."""
+    DeltaTableBuilder.execute), or the builder's read-back of the table finds no commit (CI, 19th session:
+    DELTA_TABLE_NOT_FOUND from DeltaTable.forPath in DeltaTableBuilder.execute). Either is a conflict to retry,
+    and the retry finds the table; the same error without a Delta log at the path stays Delta's own, not retried."""
     warehouse = str(tmp_path / "wh")
 
-    class Builder:   # Delta's builder as the race leaves it: the location is not empty when Delta checks it
+    class Builder:   # Delta's builder as the race leaves it
         def __init__(self, winner_log: bool):
             self.winner_log = winner_log
 
@@ -132,14 +134,14 @@ def test_a_create_that_finds_another_writers_delta_log_is_a_retried_race(spark, 
 
         def execute(self):
             (tmp_path / "wh" / ("metrics/_delta_log" if self.winner_log else "runs")).mkdir(parents=True)
-            raise AnalysisException(message="[DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION] Cannot create table")
+            raise AnalysisException(message=f"[{condition}] Cannot create table")
     with monkeypatch.context() as m:
         m.setattr(DeltaTable, "createIfNotExists", lambda _spark: Builder(winner_log=True))
         with pytest.raises(retries.TableCreationRace) as race:
             tables.create_table(spark, warehouse, "metrics")
         assert tables.is_concurrent_modification(race.value)
         m.setattr(DeltaTable, "createIfNotExists", lambda _spark: Builder(winner_log=False))
-        with pytest.raises(AnalysisException, match="NON_EMPTY_LOCATION") as foreign:   # no Delta log: not a race
+        with pytest.raises(AnalysisException, match=condition) as foreign:   # no Delta log: not a race
             tables.create_table(spark, warehouse, "runs")
         assert not tables.is_concurrent_modification(foreign.value)
 
