@@ -170,7 +170,8 @@ def test_pass_plans_cross_the_socket_as_exact_json():
 def test_end_returns_no_state_and_frees_the_stage(spark, monkeypatch):
     """`end` (a selection sample's passes): the barrier job completes, its rows carry no state or sums (18
     candidates' states of a DBN block are hundreds of MB: a 1g executor ran out of heap taking them in), and
-    the checkpointed rows are released; `finish` after the same pass returns every block's state."""
+    the checkpointed rows are released; `finish` after the same pass returns every block's state, and is
+    refused on a stage of shared candidates (each task holds every block: no one state per block)."""
     model, M = get_model("dbn"), 4
     log = Log(model, n_serps=200, M=M, seed=83)
     packed = blocks.pack_serps(log.df(spark), max_rank=M)
@@ -184,11 +185,15 @@ def test_end_returns_no_state_and_frees_the_stage(spark, monkeypatch):
     monkeypatch.setattr(resident, "release", spy)
     plan = passes.PassPlan("step", {k: np.asarray(v, dtype=np.float64) for k, v in model.init_global(M).items()}, None)
     try:
-        for how in ("end", "finish"):
-            engine = resident.ResidentPasses(packed.blocks, model, M, packed.first_blocks, 2)
+        for how in ("end", "finish", "shared"):
+            engine = resident.ResidentPasses(packed.blocks, model, M, packed.first_blocks, 2, shared=how == "shared")
             try:
                 engine.run([plan, plan])
-                if how == "end":
+                if how == "shared":
+                    with pytest.raises(ValueError, match="shared candidates"):
+                        engine.finish()
+                    assert engine.end() is None and not engine._thread.is_alive()
+                elif how == "end":
                     assert engine.end() is None and not engine._thread.is_alive() and engine._final is None
                     [rows] = released
                     assert [b for b, _, _ in rows] == list(range(packed.n_blocks))
