@@ -35,8 +35,8 @@ from delta.exceptions.captured import (ConcurrentAppendException, ConcurrentDele
 
 class TableCreationRace(Exception):
     """Another writer was creating the same table: its `_delta_log` was there, its first commit not yet, when
-    this writer's create found the location not empty (Delta's DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION).
-    A retry finds the table."""
+    this writer's create found the location not empty (Delta's DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION) or
+    read the table back without a commit (DELTA_TABLE_NOT_FOUND). A retry finds the table."""
 
 
 CONCURRENT_MODIFICATION_ERRORS: tuple[type[BaseException], ...] = (
