@@ -46,6 +46,10 @@ def observed(df: DataFrame, what: str, *metrics: Column) -> tuple[DataFrame, Obs
     return df.observe(seen, *metrics), seen
 
 
+# what Delta raises to the loser of a creation race (`create_table`)
+_RACE_CONDITIONS = {"DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_TABLE_NOT_FOUND"}
+
+
 def create_table(spark: SparkSession, warehouse: str, name: str) -> None:
     """Table `name`, empty, unless one is at its path already: the schema's columns, NOT NULL where its
     StructField says nullable=False (a Delta invariant, checked by every write), partitioned as
@@ -66,9 +70,6 @@ def create_table(spark: SparkSession, warehouse: str, name: str) -> None:
         if any(f"[{c}]" in str(exc) for c in _RACE_CONDITIONS) and _exists(spark, f"{path}/_delta_log"):
             raise TableCreationRace(f"{name}: another writer is creating the table at {path}") from exc
         raise
-
-
-_RACE_CONDITIONS = {"DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_TABLE_NOT_FOUND"}
 
 
 def _exists(spark: SparkSession, path: str) -> bool:
