@@ -18,7 +18,7 @@ from clickeval_spark.session import cache_level
 from clickeval_spark.sources import canonical, per_query_text, tiangong, yandex
 from clickeval_spark.sources.files import input_files, same_file, shown
 from clickeval_spark.splits import assign_splits
-from clickeval_spark.validation import check_labels, check_serps
+from clickeval_spark.validation import accepted_serps, check_labels, check_serps
 
 
 @dataclass(frozen=True)
@@ -168,21 +168,26 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
     parsed = assign_splits(with_log_date(serps_parsed, cfg.log_date), cfg.split)
     checked = check_serps(parsed, max_rank=cfg.max_rank, keep=cache_level(spark),
                           numbered_ids=cfg.format == "per_query_text")
-    serps = checked.accepted.withColumn("ingest_run_id", F.lit(run_id))
+    accepted, kept = checked.accepted, [checked.ruled]
     quarantine = checked.quarantined
     with reading_inputs():
         per_source = _records_per_source(checked.ruled)
         if cfg.format in SERP_RECORDS:
             require_records(spark, list(cfg.paths.values()), per_source, SERP_RECORDS[cfg.format])
         # the days this ingest replaces: a handful of values (one per day of the input), never per-SERP data
-        log_dates = tuple(r["log_date"] for r in serps.select("log_date").distinct().collect()) or (cfg.log_date,)
+        log_dates = tuple(r["log_date"] for r in accepted.select("log_date").distinct().collect()) or (cfg.log_date,)
+        if cfg.format == "per_query_text":   # the reader numbered each session's records within file splits
+            settled, offsets = per_query_text.settled_positions(checked.ruled, cache_level(spark))
+            accepted = accepted_serps(settled)
+            kept.append(offsets)
+    serps = accepted.withColumn("ingest_run_id", F.lit(run_id))
     counts = {"serps_read": sum(per_source.values())}
 
     labels = None
     if labels_parsed is not None:
         labels_parsed = labels_parsed.persist(cache_level(spark))
         label_check = check_labels(labels_parsed)
-        labels = with_log_date(attach_labels_to_serps(label_check.accepted, checked.accepted), cfg.log_date).withColumn(
+        labels = with_log_date(attach_labels_to_serps(label_check.accepted, accepted), cfg.log_date).withColumn(
             "ingest_run_id", F.lit(run_id)
         )
         quarantine = quarantine.unionByName(label_check.quarantined)
@@ -197,7 +202,7 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
                         counts=counts, log_dates=log_dates,
                         # labels fall in the SERPs' days or, untied, in ingest.log_date's slice
                         label_log_dates=tuple(dict.fromkeys((*log_dates, cfg.log_date))),
-                        kept=(checked.ruled,) if labels_parsed is None else (checked.ruled, labels_parsed))
+                        kept=tuple(kept) if labels_parsed is None else (*kept, labels_parsed))
 
 
 def with_log_date(records: DataFrame, log_date: date | None) -> DataFrame:

@@ -107,11 +107,15 @@ def check_serps(parsed: DataFrame, *, max_rank: int, keep: StorageLevel | None =
         ruled = _flag_duplicates(ruled, "serp_id", "duplicate_serp_id", F.format_string("serp_id %s", F.col("serp_id")))
     if keep is not None:
         ruled = ruled.persist(keep)
-    accepted = ruled.where(F.col("rule").isNull()).select(
+    return Checked(accepted_serps(ruled), _quarantine_rows(ruled, "serps"), ruled=ruled)
+
+
+def accepted_serps(ruled: DataFrame) -> DataFrame:
+    """The SERP records that broke no rule, as the serps table's rows (`check_serps`' accepted)."""
+    return ruled.where(F.col("rule").isNull()).select(
         "dataset", "split", "session_id", "serp_id", F.col("serp_pos").cast("int").alias("serp_pos"),
         "query_id", "doc_ids", "vtypes", "clicks", "log_date",
     )
-    return Checked(accepted, _quarantine_rows(ruled, "serps"), ruled=ruled)
 
 
 def check_labels(parsed: DataFrame) -> Checked:

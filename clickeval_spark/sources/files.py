@@ -12,6 +12,8 @@ from clickeval_spark.errors import InputError
 RAW_MAX_CHARS = 1000  # quarantine keeps this much of a bad record (and of its reason and locator)
 # Java regex: what str.strip() / str.isspace() call whitespace (ASCII, the \x1c-\x1f separators, Unicode spaces)
 WHITESPACE = r"[\p{javaWhitespace}\p{Z}\x{85}]"
+# the same characters, listed (for Arrow's trim): tests/sources/test_text_batches.py checks they are the same
+WHITESPACE_CHARS = "".join(c for c in map(chr, range(0x110000)) if c.isspace())
 
 
 def ensure_readable(spark: SparkSession, path: str) -> None:
@@ -63,7 +65,8 @@ def shown(uri: str) -> str:
 
 
 def numbered_lines(spark: SparkSession, path: str) -> DataFrame:
-    """Lines of text file(s) with their 1-based line number: source, line, raw.
+    """Lines of text file(s) with their 1-based line number: source, line, raw, and block_start (where the
+    file split holding the line starts: one task reads a split's lines in file order).
 
     Line numbers are computed without a Python pass over the data: Spark's hidden
     `_metadata` tells which file block each row came from, monotonically increasing
@@ -96,6 +99,7 @@ def numbered_lines(spark: SparkSession, path: str) -> DataFrame:
             "source",
             (F.col("lines_before") + F.col("row_id") - F.col("first_row_id") + 1).alias("line"),
             "raw",
+            "block_start",
         )
     )
 

@@ -9,29 +9,32 @@ after the closing bracket, nested lists or objects, Python syntax such as tuples
 or True) makes the line unparseable. `auto` decides per line from its
 number of fields. A SERP's id is "<session id>-<position in session>", its
 position counted in file order.
+
+One Arrow pass per file split (`text_batches`) splits the fields, decodes the lists written in the plain
+form and numbers each session's records within the split, so the raw text is never shuffled;
+`settled_positions` then adds the records of earlier splits, for the few sessions that span splits.
 """
 
 from __future__ import annotations
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from clickeval_spark.sources.parsed import to_parsed, to_parsed_labels
 from clickeval_spark.sources.files import NOT_UTF8, numbered_lines, strip
+from clickeval_spark.sources.text_batches import parse_batches
 
 # number of fields -> index of the docs field, per variant; labels have one more field
 _LAYOUTS = {"graphcm": (5, 2), "aicm": (7, 4)}
 
 
-def _layout(fields: Column, variant: str, extra: int) -> tuple[Column, Column]:
-    """(docs field index or null when the field count fits no allowed layout, expectation text)."""
-    n = F.size(fields)
+def _layouts(variant: str, extra: int) -> tuple[list[tuple[int, int]], str]:
+    """((number of fields, index of the docs field) allowed, the expectation as a reason names it)."""
     allowed = _LAYOUTS.items() if variant == "auto" else [(variant, _LAYOUTS[variant])]
-    index = F.lit(None).cast("int")
-    for _, (count, docs_at) in allowed:
-        index = F.when(n == count + extra, F.lit(docs_at)).otherwise(index)
     expected = " or ".join(f"{count + extra} ({name})" for name, (count, _) in allowed)
-    return index, F.lit(expected)
+    return [(count + extra, docs_at) for _, (count, docs_at) in allowed], expected
 
 
 def _json_list(field: Column, element_type: str) -> Column:
@@ -49,33 +52,35 @@ def _json_list(field: Column, element_type: str) -> Column:
 
 
 def _parse(lines: DataFrame, dataset: str, variant: str, extra: int) -> DataFrame:
-    fields = F.split(F.col("raw"), "\t")
-    docs_at, expected = _layout(fields, variant, extra)
-    field = lambda offset: F.try_element_at(fields, docs_at + 1 + offset)  # noqa: E731 (1-based)
-    parsed = lines.select(
-        "source", "line", "raw",
-        F.lit(dataset).alias("dataset"),
-        strip(F.try_element_at(fields, F.lit(1))).alias("session_id"),
-        strip(F.try_element_at(fields, F.lit(2))).alias("query_id"),
-        F.size(fields).alias("n_fields"),
-        docs_at.alias("docs_at"),
-        expected.alias("expected"),
-        _json_list(field(0), "string").alias("doc_ids"),
-        _json_list(field(1), "string").alias("vtypes"),
-        _json_list(field(2), "int").alias("clicks"),
-        _json_list(field(3), "string").alias("relevances"),
-    )
-    list_names = ["doc_ids", "vtypes", "clicks"] + (["relevances"] if extra else [])
-    bad_list = F.lit(None).cast("string")
-    for name in reversed(list_names):
-        bad_list = F.when(F.col(name).isNull(), F.lit(name)).otherwise(bad_list)
+    """Fields, lists and positions within the file split (`text_batches.parse_batches`, one Arrow pass);
+    list fields outside the plain form are decoded here by Spark's JSON parser."""
+    layouts, expected = _layouts(variant, extra)
+    lists = [("doc_ids", "string"), ("vtypes", "string"), ("clicks", "int")] + ([("relevances", "string")] if extra else [])
     utf8 = F.is_valid_utf8("raw")
+    batches = lines.select(
+        "source", "line", "block_start", F.col("raw").cast("binary").alias("raw"), utf8.alias("utf8"),
+        # the session id of a line that is not UTF-8 (quarantined, but it counts in its session's positions)
+        F.when(~utf8, strip(F.try_element_at(F.split("raw", "\t"), F.lit(1)))).alias("key"),
+    ).mapInArrow(
+        lambda it: parse_batches(it, layouts, [(name, kind == "int") for name, kind in lists]),
+        _batch_schema(lists),
+    )
+    parsed = batches.select(
+        "source", "line", "block_start", F.col("raw").cast("string").alias("raw"), "utf8",
+        F.lit(dataset).alias("dataset"), "session_id", "query_id", "n_fields", "docs_at",
+        *[F.when(F.col(f"{name}_text").isNotNull(), _json_list(F.col(f"{name}_text"), kind))
+          .otherwise(F.col(name)).alias(name) for name, kind in lists],
+        F.col("local_pos").alias("serp_pos"),
+    )
+    bad_list = F.lit(None).cast("string")
+    for name, _ in reversed(lists):
+        bad_list = F.when(F.col(name).isNull(), F.lit(name)).otherwise(bad_list)
     return parsed.select(
         "*",
-        F.when(~utf8 | F.col("docs_at").isNull() | bad_list.isNotNull(), F.lit("unparseable")).alias("parse_rule"),
-        F.when(~utf8, F.lit(NOT_UTF8)).when(
+        F.when(~F.col("utf8") | F.col("docs_at").isNull() | bad_list.isNotNull(), F.lit("unparseable")).alias("parse_rule"),
+        F.when(~F.col("utf8"), F.lit(NOT_UTF8)).when(
             F.col("docs_at").isNull(),
-            F.format_string("expected %s tab-separated fields, got %d", F.col("expected"), F.col("n_fields")),
+            F.format_string("expected %s tab-separated fields, got %d", F.lit(expected), F.col("n_fields")),
         ).when(
             bad_list.isNotNull(),
             F.format_string("field %s is not a JSON list of %s", bad_list,
@@ -84,18 +89,34 @@ def _parse(lines: DataFrame, dataset: str, variant: str, extra: int) -> DataFram
     )
 
 
+def _batch_schema(lists: list[tuple[str, str]]) -> T.StructType:
+    """`text_batches.parse_batches`' output."""
+    fields = [("source", T.StringType()), ("line", T.LongType()), ("block_start", T.LongType()),
+              ("raw", T.BinaryType()), ("utf8", T.BooleanType()), ("session_id", T.StringType()),
+              ("query_id", T.StringType()), ("n_fields", T.IntegerType()), ("docs_at", T.IntegerType())]
+    for name, kind in lists:
+        fields += [(name, T.ArrayType(T.IntegerType() if kind == "int" else T.StringType())), (f"{name}_text", T.StringType())]
+    return T.StructType([T.StructField(name, dtype) for name, dtype in fields + [("local_pos", T.IntegerType())]])
+
+
+def _serp_id(pos: Column) -> Column:
+    return F.concat_ws("-", "session_id", pos.cast("string"))
+
+
 def _with_serp_ids(parsed: DataFrame) -> DataFrame:
     """serp_id '<session>-<position>': the position is the digits after the last dash, so two records never
     share one (`ingestion` skips the duplicates' window for this reader)."""
     order_in_session = Window.partitionBy("session_id").orderBy("source", "line")
     return (
         parsed.withColumn("serp_pos", F.row_number().over(order_in_session))
-        .withColumn("serp_id", F.concat_ws("-", "session_id", F.col("serp_pos").cast("string")))
+        .withColumn("serp_id", _serp_id(F.col("serp_pos")))
     )
 
 
 def read_serps(spark: SparkSession, paths: dict[str, str], dataset: str, variant: str) -> DataFrame:
-    """Parsed SERP records (sources.parsed.PARSED_SERPS); split from the path's key, or null for 'all'."""
+    """Parsed SERP records (sources.parsed.PARSED_SERPS) and their file split's `block_start`; split from the
+    path's key, or null for 'all'. serp_pos counts within the record's file split only: `settled_positions`
+    makes it the position in the session (after the records are checked and kept)."""
     frames = []
     for split, path in paths.items():
         lines = numbered_lines(spark, path)
@@ -106,7 +127,35 @@ def read_serps(spark: SparkSession, paths: dict[str, str], dataset: str, variant
     parsed = frames[0]
     for frame in frames[1:]:
         parsed = parsed.unionByName(frame)
-    return to_parsed(_with_serp_ids(parsed))
+    return to_parsed(parsed.withColumn("serp_id", _serp_id(F.col("serp_pos"))), keep=["block_start"])
+
+
+# sessions whose records lie in more than one file split, up to which their offsets are broadcast; a log with
+# more (a file not grouped by session) numbers its records with the session window instead
+SPANNING_BROADCAST_MAX = 100_000
+
+
+def settled_positions(records: DataFrame, keep: StorageLevel,
+                      spanning_max: int = SPANNING_BROADCAST_MAX) -> tuple[DataFrame, DataFrame]:
+    """`read_serps`' records (any later frame of them with session_id, source, line, block_start, serp_pos)
+    with serp_pos and serp_id their position in the session, counted in file order over every input file.
+
+    A session's records in earlier file splits are counted once per (session, split), a small aggregate;
+    only the sessions that span splits get an offset (in a log grouped by session, at most one per split
+    boundary), broadcast to the records. Returns (the records, the offsets kept: unpersist them when done)."""
+    per_split = records.groupBy("session_id", "source", "block_start").agg(F.count(F.lit(1)).alias("n"))
+    earlier = Window.partitionBy("session_id").orderBy("source", "block_start").rowsBetween(Window.unboundedPreceding, -1)
+    offsets = (
+        per_split.select("session_id", "source", "block_start", F.sum("n").over(earlier).alias("offset"))
+        .where(F.col("offset") > 0)
+        .persist(keep)
+    )
+    if offsets.count() > spanning_max:
+        offsets.unpersist()
+        return _with_serp_ids(records), offsets
+    settled = records.join(F.broadcast(offsets), on=["session_id", "source", "block_start"], how="left")
+    pos = (F.col("serp_pos") + F.coalesce(F.col("offset"), F.lit(0))).cast("int")
+    return settled.withColumn("serp_pos", pos).withColumn("serp_id", _serp_id(F.col("serp_pos"))).drop("offset"), offsets
 
 
 def read_labels(spark: SparkSession, path: str, dataset: str, variant: str) -> DataFrame:

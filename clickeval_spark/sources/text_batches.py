@@ -1,0 +1,130 @@
+"""The vectorised side of the per-query text reader: one Arrow pass over each file split (``mapInArrow``)
+splits the lines into fields, decodes the list fields that take the common plain form, and numbers each
+session's records within the split.
+
+Plain form: a JSON list whose items are all quoted ids without a backslash, comma or control character, or
+integers 0..999,999,999 written without sign or leading zero (`["d1", "d2"]`, `[440, 1886]`, `[0, 1]`;
+clicks: integers only), with JSON blanks around them. For such a field Spark's JSON parser gives exactly the
+items between the quotes (a number as its digits), so the decoding here is the same by construction. Any
+other field (escapes, single quotes, floats, nesting, trailing text, a malformed list) comes back as its
+text, and the reader hands it to Spark's JSON parser (`per_query_text._json_list`): what is decoded, and
+what is quarantined, does not depend on which path a field took.
+
+Positions: the records of one file split reach one task in file order, so a session's n-th record in the
+split is found by a stable sort of session codes, with each session's count carried across the batches of
+the split. `per_query_text.settled_positions` adds the records of the same session in earlier splits.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from clickeval_spark.sources.files import WHITESPACE_CHARS
+
+_BLANK = r"[ \t\n\r]"     # JSON's whitespace; a field with any other blank takes Spark's path
+_PLAIN_ID = r'"[^"\\\x00-\x1f,]*"'
+_PLAIN_INT = r"(?:0|[1-9][0-9]{0,8})"
+
+
+def _plain_list(item: str) -> str:
+    return rf"^{_BLANK}*\[{_BLANK}*(?:{item}(?:{_BLANK}*,{_BLANK}*{item})*)?{_BLANK}*\]{_BLANK}*$"
+
+
+PLAIN_IDS = _plain_list(f"(?:{_PLAIN_ID}|{_PLAIN_INT})")
+PLAIN_INTS = _plain_list(_PLAIN_INT)
+_BRACKETS = rf"^{_BLANK}*\[{_BLANK}*|{_BLANK}*\]{_BLANK}*$"
+_MAX_FIELDS = 8            # more than any layout reads (aicm labels: 8 fields)
+
+
+def _decoded(field: pa.Array, plain: pa.Array, ints: bool) -> pa.ListArray:
+    """The plain fields' items as a list array (strings without their quotes, or int32); null elsewhere."""
+    inner = pc.replace_substring_regex(pc.if_else(plain, field, "[]"), _BRACKETS, "")
+    parts = pc.split_pattern(inner, ",")
+    n_parts = pc.list_value_length(parts).to_numpy(zero_copy_only=False)
+    empty = pc.equal(inner, "").to_numpy(zero_copy_only=False)     # "[]" splits into one empty item
+    items = pc.list_flatten(parts)
+    if empty.any():
+        items = pc.filter(items, pa.array(np.repeat(~empty, n_parts)))
+    items = pc.utf8_trim(items, " \t\n\r")
+    if ints:
+        items = pc.cast(items, pa.int32())
+    else:   # a quoted id without its quotes; a number as its digits
+        items = pc.if_else(pc.starts_with(items, '"'), pc.utf8_slice_codeunits(items, 1, -1), items)
+    offsets = pa.array(np.r_[0, np.cumsum(np.where(empty, 0, n_parts))].astype(np.int32))
+    return pa.ListArray.from_arrays(offsets, items, mask=pc.invert(plain))
+
+
+class _SplitPositions:
+    """Each session's running count of records within the current file split (source, block start)."""
+
+    def __init__(self) -> None:
+        self.split: tuple | None = None
+        self.seen: dict[str, int] = {}
+
+    def number(self, split: tuple, sessions: pa.Array) -> np.ndarray:
+        """1-based positions of `sessions` (records of one split, in file order) after those already seen."""
+        if split != self.split:
+            self.split, self.seen = split, {}
+        encoded = pc.dictionary_encode(sessions)
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        order = np.argsort(codes, kind="stable")
+        sorted_codes = codes[order]
+        run_start = np.r_[True, sorted_codes[1:] != sorted_codes[:-1]]
+        at = np.arange(len(codes))
+        in_run = at - np.maximum.accumulate(np.where(run_start, at, 0))
+        keys = encoded.dictionary.to_pylist()
+        earlier = np.array([self.seen.get(k, 0) for k in keys], dtype=np.int64)
+        for key, n in zip(keys, np.bincount(codes, minlength=len(keys)).tolist()):
+            self.seen[key] = self.seen.get(key, 0) + n
+        positions = np.empty(len(codes), dtype=np.int64)
+        positions[order] = in_run + 1
+        return positions + earlier[codes]
+
+
+def parse_batches(batches: Iterator[pa.RecordBatch], layouts: list[tuple[int, int]], list_fields: list[tuple[str, bool]]
+                  ) -> Iterator[pa.RecordBatch]:
+    """Per-query text lines -> fields, plain lists decoded, positions within the split (`mapInArrow`).
+
+    In: source, line, block_start, raw (binary), utf8 (the line is valid UTF-8), key (Spark's stripped
+    first field, given for lines that are not valid UTF-8 only). layouts: (number of fields, index of the
+    docs field) allowed. list_fields: (name, integers?) in field order from the docs field.
+    Out: source, line, block_start, raw, utf8, session_id, query_id, n_fields, docs_at, then per list field
+    its decoded list (null unless plain) and its text (null when plain or absent), then local_pos.
+    """
+    positions = _SplitPositions()
+    for batch in batches:
+        raw, utf8 = batch.column("raw"), batch.column("utf8")
+        text = pc.cast(pc.if_else(utf8, raw, pa.scalar(b"", pa.binary())), pa.string())
+        n_fields = pc.cast(pc.add(pc.count_substring(text, "\t"), 1), pa.int32())
+        fields = pc.split_pattern(pc.binary_join_element_wise(text, "\t" * _MAX_FIELDS, ""), "\t")
+        session = pc.if_else(utf8, pc.utf8_trim(pc.list_element(fields, 0), WHITESPACE_CHARS), batch.column("key"))
+        query = pc.if_else(pc.greater_equal(n_fields, 2), pc.utf8_trim(pc.list_element(fields, 1), WHITESPACE_CHARS),
+                           pa.scalar(None, pa.string()))
+        n = n_fields.to_numpy(zero_copy_only=False)
+        docs_at = np.full(len(n), -1, dtype=np.int32)
+        for count, at in layouts:
+            docs_at[n == count] = at
+        lists, texts = [], []
+        for offset, (name, ints) in enumerate(list_fields):
+            field = pa.nulls(len(n), pa.string())
+            for _, at in layouts:
+                field = pc.if_else(pa.array(docs_at == at), pc.list_element(fields, at + offset), field)
+            plain = pc.fill_null(pc.match_substring_regex(field, PLAIN_INTS if ints else PLAIN_IDS), False)
+            lists.append(_decoded(field, plain, ints))
+            texts.append(pc.if_else(plain, pa.scalar(None, pa.string()), field))
+        split = batch.column("source").to_numpy(zero_copy_only=False), batch.column("block_start").to_numpy()
+        local = np.empty(len(n), dtype=np.int64)
+        starts = np.flatnonzero(np.r_[True, (split[0][1:] != split[0][:-1]) | (split[1][1:] != split[1][:-1])])
+        for lo, hi in zip(starts, np.r_[starts[1:], len(n)]):
+            local[lo:hi] = positions.number((split[0][lo], split[1][lo]), session.slice(lo, hi - lo))
+        names = ["source", "line", "block_start", "raw", "utf8", "session_id", "query_id", "n_fields", "docs_at"]
+        arrays = [batch.column(c) for c in names[:5]] + [session, query, n_fields,
+                                                         pa.array(docs_at, mask=docs_at < 0)]
+        for (name, _), decoded, field_text in zip(list_fields, lists, texts):
+            names += [name, f"{name}_text"]
+            arrays += [decoded, field_text]
+        yield pa.RecordBatch.from_arrays(arrays + [pa.array(local, pa.int32())], names=names + ["local_pos"])
