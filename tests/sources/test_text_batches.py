@@ -12,7 +12,7 @@ from pyspark.sql import types as T
 
 from clickeval_spark.sources import per_query_text
 from clickeval_spark.sources.files import WHITESPACE, WHITESPACE_CHARS, numbered_lines
-from clickeval_spark.sources.text_batches import parse_batches
+from clickeval_spark.sources.text_batches import _SplitPositions, parse_batches
 from tests.sources.helpers import write
 
 # list fields: plain ones (decoded by the Arrow pass) and others (Spark's JSON parser, or unparseable)
@@ -35,7 +35,10 @@ def test_plain_fields_are_decoded_in_arrow_and_the_others_left_to_spark():
         [pa.array(["f"] * n), pa.array(range(1, n + 1), pa.int64()), pa.array([0] * n, pa.int64()), raw,
          pa.array([True] * n), pa.nulls(n, pa.string())],
         names=["source", "line", "block_start", "raw", "utf8", "key"])
-    [out] = list(parse_batches(iter([batch]), [(5, 2)], [("doc_ids", False), ("vtypes", False), ("clicks", True)]))
+    # two batches of one split: the positions run on across them (one record per session "s<i>")
+    out = pa.Table.from_batches(list(parse_batches(iter([batch.slice(0, 20), batch.slice(20)]), [(5, 2)],
+                                                   [("doc_ids", False), ("vtypes", False), ("clicks", True)])))
+    assert out.column("local_pos").to_pylist() == [1] * n and out.column("line").to_pylist() == list(range(1, n + 1))
     plain_ids = [t is None for t in out.column("doc_ids_text").to_pylist()]
     assert plain_ids == [True] * len(PLAIN) + [False] * len(OTHER)
     assert out.column("doc_ids").to_pylist()[:3] == [["1", "2"], ["a", "b"], []]
@@ -43,6 +46,14 @@ def test_plain_fields_are_decoded_in_arrow_and_the_others_left_to_spark():
     assert [t is None for t in out.column("clicks_text").to_pylist()][:len(PLAIN)] == [
         f.strip().replace(" ", "") in ("[1,2]", "[]", "[999999999]", "[0]") for f in PLAIN]
     assert out.column("clicks").to_pylist()[0] == [1, 2]
+
+
+def test_split_positions_run_on_across_batches_and_restart_with_the_next_split():
+    count = _SplitPositions()
+    first = count.number(("f", 0), pa.array(["a", "b", "a", "c"]))
+    second = count.number(("f", 0), pa.array(["b", "a", "a"]))
+    other = count.number(("f", 100), pa.array(["a", "b"]))
+    assert [first.tolist(), second.tolist(), other.tolist()] == [[1, 1, 2, 1], [2, 3, 4], [1, 1]]
 
 
 def test_every_field_decodes_as_spark_json_parser_decodes_it(spark, tmp_path):
