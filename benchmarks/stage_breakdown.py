@@ -29,6 +29,7 @@ from clickeval_spark.fitted.model import load_fitted
 from clickeval_spark.fitted.params_io import wide_qd_rows
 from clickeval_spark.fitted.predict import predict_models
 from clickeval_spark.runtime import session_for
+from clickeval_spark.sources.files import numbered_lines
 from clickeval_spark.stages import STAGES
 
 
@@ -49,15 +50,17 @@ def _twice(label: str, fn, out: list) -> None:
 def ingest_steps(ctx: StageContext, text_cfg, out: list) -> None:
     icfg = text_cfg.ingest
     parsed = lambda: ingestion.parse_serps(ctx.spark, icfg)  # noqa: E731
+    # the reader's Arrow pass is opaque to Spark: selecting fewer of its columns would still run all of it
     _twice("ingest: read and number the lines (text -> raw rows)",
-           lambda: _noop(parsed().select("source", "line", "raw")), out)
-    _twice("ingest: + parse the fields and JSON lists", lambda: _noop(parsed()), out)
+           lambda: _noop(numbered_lines(ctx.spark, icfg.paths["all"])), out)
+    _twice("ingest: + parse the fields and lists, number sessions within file splits", lambda: _noop(parsed()), out)
 
     def checked() -> None:
         o = ingestion.run_ingest(ctx.spark, icfg, parsed(), None, "breakdown")
         _noop(o.serps)
         o.release()
-    _twice("ingest: + rules, duplicates, splits, persist, per-file counts (accepted rows)", checked, out)
+    _twice("ingest: + rules, splits, persist, per-file counts, sessions spanning file splits (accepted rows)",
+           checked, out)
 
 
 def predict_steps(ctx: StageContext, out: list) -> None:
