@@ -77,6 +77,7 @@ def test_the_arrow_trim_characters_are_the_spark_whitespace_class(spark):
     matched = {r["c"] for r in df.where(F.col("c").rlike(f"^{WHITESPACE}$")).collect()}
     assert matched == {c for c in chars if c in WHITESPACE_CHARS}
     assert set(WHITESPACE_CHARS) <= set(chars)   # every listed character was checked
+    assert WHITESPACE_CHARS == "".join(c for c in map(chr, range(0x110000)) if c.isspace())
 
 
 @contextmanager
