@@ -3,6 +3,11 @@
     .venv/bin/python -m benchmarks.cluster_memory                      # 5M SERPs, 2 workers, executors 1g, driver 1g
     .venv/bin/python -m benchmarks.cluster_memory --serps 200000       # a quick look
 
+The log's doc ids are 64-character hex digests by default (`--doc-ids sha256`, the size of the URLs or URL
+hashes a production log carries): with the generator's short ids (`d<q>_<j>`) 5M SERPs make a serps table of
+0.24 GiB, and one larger than the executors' 2 GiB would take ~45M SERPs (~6 h here); with 64-character ids
+5M SERPs make ~2.5 GiB.
+
 deploy/package.sh's artefacts, a master and two one-core workers on loopback (tests/cluster/standalone.py),
 and one spark-submit of the `pipeline` job with `spark.executor.memory` and `--driver-memory` as given
 (Spark's defaults otherwise: codegen, C2): conf/bench.yaml's log (synthetic, TianGong-ST-shaped, shuffle
@@ -72,7 +77,7 @@ class ProcessPeaks(Sampler):
                 prev[1] = max(prev[1], p.rss_bytes)
 
 
-def bench_config(serps: int, engine: str, shuffle_partitions: int, checkpoints: Path) -> dict:
+def bench_config(serps: int, engine: str, shuffle_partitions: int, checkpoints: Path, doc_ids: str) -> dict:
     """conf/bench.yaml's log and stages as a cluster job's config: relative warehouse and report, the
     package's fit defaults, the cluster's engine, EM checkpoints on storage every process reads (as
     conf/cluster.yaml's bucket: an executor lost mid-fit costs a recomputation, not the fit)."""
@@ -87,7 +92,7 @@ def bench_config(serps: int, engine: str, shuffle_partitions: int, checkpoints: 
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.python.daemon.module": "clickeval_spark.python_daemon"}}
     cfg["ingest"].update(dataset=f"cluster-{serps}")
-    cfg["ingest"]["synthetic"].update(n_serps=serps, n_queries=max(100, serps // 25))
+    cfg["ingest"]["synthetic"].update(n_serps=serps, n_queries=max(100, serps // 25), doc_id_form=doc_ids)
     for key, value in PACKAGE_FIT.items():
         cfg["fit"][key.split(".", 1)[1]] = value
     cfg["fit"]["engine"] = engine
@@ -149,6 +154,8 @@ def main(argv=None) -> int:
     ap.add_argument("--driver-memory", default="1g")
     ap.add_argument("--shuffle-partitions", type=int, default=32,
                     help="spark.sql.shuffle.partitions: a shuffle task holds about 1/this of the log")
+    ap.add_argument("--doc-ids", choices=("sha256", "short"), default="sha256",
+                    help="the synthetic log's doc ids: 64-character digests, or d<query>_<j>")
     ap.add_argument("--workdir", default="/tmp/clickeval-cluster-memory")
     ap.add_argument("--timeout", type=float, default=4 * 3600)
     args = ap.parse_args(argv)
@@ -162,14 +169,16 @@ def main(argv=None) -> int:
                    env={**os.environ, "PYTHON": sys.executable}, capture_output=True)
     print(f"deploy/package.sh: {time.monotonic() - t0:.0f} s", flush=True)
     conf = work / "driver" / "cluster-memory.yaml"
-    conf.write_text(yaml.safe_dump(bench_config(args.serps, engine, args.shuffle_partitions, work / "checkpoints"), sort_keys=False))
+    conf.write_text(yaml.safe_dump(bench_config(args.serps, engine, args.shuffle_partitions, work / "checkpoints",
+                                            args.doc_ids), sort_keys=False))
     cluster = StandaloneCluster(work / "cluster", workers=2, worker_memory=args.executor_memory)
     cluster.root.mkdir()
     day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     try:
         cluster.start()
         print(f"cluster {cluster.master_url}: 2 workers, 1 core each; executors {args.executor_memory}, "
-              f"driver {args.driver_memory}; {args.serps:,} SERPs, fit.engine {engine}", flush=True)
+              f"driver {args.driver_memory}; {args.serps:,} SERPs ({args.doc_ids} doc ids), fit.engine {engine}",
+              flush=True)
         with ProcessPeaks(cluster.sessions) as peaks:
             done = cluster.submit(work / "dist", "pipeline", ["--conf", str(conf), "--run-id", "cluster-memory"],
                                   cwd=work / "driver", timeout=args.timeout, driver_memory=args.driver_memory,
@@ -185,7 +194,8 @@ def main(argv=None) -> int:
     spilled, removed, failed = spills(work / "events", stages, day)
     disk, raw = parquet_bytes(work / "driver" / "warehouse" / "serps")
     executors_bytes = 2 * _bytes(args.executor_memory)
-    out = {"serps": args.serps, "returncode": done.returncode, "seconds": done.seconds, "engine": engine,
+    out = {"serps": args.serps, "doc_ids": args.doc_ids, "returncode": done.returncode, "seconds": done.seconds,
+           "engine": engine,
            "executor_memory": args.executor_memory, "driver_memory": args.driver_memory,
            "serps_table_disk_bytes": disk, "serps_table_uncompressed_bytes": raw,
            "executors_memory_bytes": executors_bytes, "stages": stages, "spilled_bytes": spilled,
@@ -203,7 +213,8 @@ def report(out: dict, log: Path) -> str:
     """cluster_memory.json as the markdown RESULTS.md quotes."""
     gib = 2**30
     lines = [f"pipeline: exit {out['returncode']} after {out['seconds']:.0f} s (log {log})",
-             f"serps table: {out['serps_table_disk_bytes'] / gib:.2f} GiB on disk, "
+             f"serps table ({out['serps']:,} SERPs, {out.get('doc_ids', 'short')} doc ids): "
+             f"{out['serps_table_disk_bytes'] / gib:.2f} GiB on disk, "
              f"{out['serps_table_uncompressed_bytes'] / gib:.2f} GiB uncompressed; the executors' memory together "
              f"{out['executors_memory_bytes'] / gib:.2f} GiB",
              "", "| stage | seconds | memory spilled (GiB) | disk spilled (GiB) |", "|---|---|---|---|"]

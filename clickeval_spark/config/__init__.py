@@ -161,6 +161,9 @@ class SyntheticConfig(Section):
     # `label_fraction` of the sessions graded document by document (its human-label-like subset)
     labels: Literal["pooled", "serp"] = "pooled"
     label_fraction: Annotated[float, Field(gt=0, le=1)] = 0.3
+    # short: d<query>_<j> (a few bytes, as TianGong-ST's integer ids); sha256: that id's 64-character hex
+    # digest, a log the size of one that carries URLs
+    doc_id_form: Literal["short", "sha256"] = "short"
 
     @model_validator(mode="after")
     def _check(self) -> SyntheticConfig:

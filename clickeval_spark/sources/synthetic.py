@@ -68,6 +68,13 @@ def _query_index(cfg: SyntheticConfig, u: Column) -> Column:
     return F.least(F.floor(x).cast("long") - 1, F.lit(cfg.n_queries - 1))
 
 
+def _doc_id(cfg: SyntheticConfig, q: Column | str, j: Column | str) -> Column:
+    """d<query>_<pool index>, or its SHA-256 hex digest: 64 characters, the size of the URL or URL hash a
+    production log carries, whose ids neither dictionary-encode nor compress the way short ones do."""
+    short = F.format_string("d%d_%d", q, j)
+    return F.sha2(short, 256) if cfg.doc_id_form == "sha256" else short
+
+
 def true_qd(spark: SparkSession, cfg: SyntheticConfig) -> DataFrame:
     """query_id, doc_id, alpha, sigma, n_obs: better-placed docs of a pool tend to be more attractive."""
     D = cfg.docs_per_query
@@ -76,7 +83,7 @@ def true_qd(spark: SparkSession, cfg: SyntheticConfig) -> DataFrame:
     )
     return pairs.select(
         F.concat(F.lit("q"), F.col("q").cast("string")).alias("query_id"),
-        F.format_string("d%d_%d", "q", "j").alias("doc_id"),
+        _doc_id(cfg, "q", "j").alias("doc_id"),
         (F.lit(0.05) + 0.85 * F.pow(_uniform(cfg.seed, "alpha", "q", "j"), 1.0 + 2.0 * F.col("j") / D))
         .alias("alpha"),
         (F.lit(0.2) + 0.6 * _uniform(cfg.seed, "sigma", "q", "j")).alias("sigma"),
@@ -105,7 +112,7 @@ def serp_skeletons(spark: SparkSession, cfg: SyntheticConfig, dataset: str) -> D
         F.concat(F.lit("serp"), F.col("i").cast("string")).alias("serp_id"),
         (F.col("i") % cfg.sessions_mean_serps + 1).cast("int").alias("serp_pos"),
         F.concat(F.lit("q"), F.col("q").cast("string")).alias("query_id"),
-        F.transform(F.slice(ordered, 1, L), lambda x: F.format_string("d%d_%d", F.col("q"), x["j"])).alias("doc_ids"),
+        F.transform(F.slice(ordered, 1, L), lambda x: _doc_id(cfg, F.col("q"), x["j"])).alias("doc_ids"),
         F.array_repeat(F.lit("1"), L).alias("vtypes"),
         F.array_repeat(F.lit(0), L).alias("clicks"),
         F.lit(None).cast("date").alias("log_date"),

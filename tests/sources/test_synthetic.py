@@ -1,3 +1,5 @@
+import hashlib
+
 import pytest
 import numpy as np
 from pyspark.sql import functions as F
@@ -61,3 +63,27 @@ def test_ubm_and_dbn_logs_follow_their_truth(spark):
         assert n == 3000 and abs(ctr - exam_at_1 * mean_alpha) < 0.03, (model, ctr, mean_alpha)
     gamma = params.where("model = 'dbn' AND param = 'gamma'").first()["value"]
     assert gamma == 0.9
+
+
+def test_sha256_doc_ids_are_the_short_log_with_each_id_digested(spark):
+    """The same SERPs and clicks; every doc id of serps, truth and labels is SHA-256 of the short one."""
+    short, short_labels, short_truth = synthetic.generate(spark, _cfg(model="pbm"))
+    long, long_labels, long_truth = synthetic.generate(spark, _cfg(model="pbm", doc_id_form="sha256"))
+
+    def digest(doc):
+        return hashlib.sha256(doc.encode()).hexdigest()
+
+    cols = ("serp_id", "query_id", "doc_ids", "clicks")
+    a = short.select(*cols).orderBy("serp_id").collect()
+    b = long.select(*cols).orderBy("serp_id").collect()
+    assert len(a) == len(b) == 3000
+    assert all(x["doc_ids"][0].startswith("d") for x in a)
+    assert [(x["serp_id"], x["query_id"], [digest(d) for d in x["doc_ids"]], x["clicks"]) for x in a] == \
+        [(y["serp_id"], y["query_id"], y["doc_ids"], y["clicks"]) for y in b]
+    left = sorted(((r["param"], r["query_id"], r["doc_id"] and digest(r["doc_id"]), r["value"])
+                   for r in short_truth.collect()), key=repr)
+    right = sorted(((r["param"], r["query_id"], r["doc_id"], r["value"]) for r in long_truth.collect()), key=repr)
+    assert left == right and sum(1 for r in right if r[0] == "alpha") == 50 * 15
+    left = sorted((r["query_id"], [digest(d) for d in r["doc_ids"]], r["relevances"]) for r in short_labels.collect())
+    right = sorted((r["query_id"], r["doc_ids"], r["relevances"]) for r in long_labels.collect())
+    assert left == right and len(right) == 50 * 15
