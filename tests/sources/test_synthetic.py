@@ -87,3 +87,14 @@ def test_sha256_doc_ids_are_the_short_log_with_each_id_digested(spark):
     left = sorted((r["query_id"], [digest(d) for d in r["doc_ids"]], r["relevances"]) for r in short_labels.collect())
     right = sorted((r["query_id"], r["doc_ids"], r["relevances"]) for r in long_labels.collect())
     assert left == right and len(right) == 50 * 15
+
+
+def test_serp_labels_never_broadcast_the_query_doc_grades(spark):
+    """The grades are one row per (query, doc) of the log: they must not pass through the driver, though
+    Spark sizes their spark.range source at a few bytes a query."""
+    cfg = IngestConfig(dataset="syn", format="synthetic",
+                       synthetic=SyntheticConfig(n_serps=3000, n_queries=50, seed=11, labels="serp"))
+    _, labels, _ = synthetic.generate(spark, cfg)
+    labels.collect()   # runs this plan: adaptive execution has settled its joins
+    plan = labels._jdf.queryExecution().executedPlan().toString()
+    assert "isFinalPlan=true" in plan and "SortMergeJoin" in plan and "Broadcast" not in plan, plan
