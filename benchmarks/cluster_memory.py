@@ -6,7 +6,7 @@
 The log's doc ids are 64-character hex digests by default (`--doc-ids sha256`, the size of the URLs or URL
 hashes a production log carries): with the generator's short ids (`d<q>_<j>`) 5M SERPs make a serps table of
 0.24 GiB, and one larger than the executors' 2 GiB would take ~45M SERPs (~6 h here); with 64-character ids
-5M SERPs make ~2.5 GiB.
+5M SERPs make ~2.7 GiB.
 
 deploy/package.sh's artefacts, a master and two one-core workers on loopback (tests/cluster/standalone.py),
 and one spark-submit of the `pipeline` job with `spark.executor.memory` and `--driver-memory` as given

@@ -114,6 +114,11 @@ def build_session(
         "spark.sql.session.timeZone": "UTC",
         # checkpoint files of RDDs the driver no longer references are deleted (EM writes one per interval)
         **({"spark.cleaner.referenceTracking.cleanCheckpoints": "true"} if checkpoint_dir else {}),
+        # EM's blocks are rows of MBs, persisted and checkpointed through Java serialization streams, which
+        # hold on to every row written or read until they reset (Spark's default: every 100 rows): a task
+        # reading a local checkpoint while writing a reliable one held both whole (1g executors, 5M SERPs of
+        # 64-character ids: out of heap, benchmarks/RESULTS.md)
+        "spark.serializer.objectStreamReset": "1",
         **dict(conf or {}),
     }
     if embedded:

@@ -8,9 +8,12 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from clickeval_spark.em.blocks import (BlockGroup, _largest_first, _packed, balanced, pack_log, pack_serps,
-                                      spark_hash_long)
+from clickeval_spark.em.blocks import (MIN_BLOCKS, BlockGroup, _largest_first, _packed, balanced,
+                                      pack_log, pack_serps, spark_hash_long)
 from clickeval_spark.em.codec import decode_data, pack_block
+from clickeval_spark.em.driver import fit
+from clickeval_spark.models import get_model
+from tests.models.test_spark_em import Log
 
 SERPS = T.StructType([
     T.StructField("query_id", T.StringType()),
@@ -121,3 +124,26 @@ def test_the_partition_keys_hash_as_spark_hashes_a_long(spark):
     df = spark.createDataFrame([(v,) for v in values], "v long")
     spark_hashes = {r["v"]: r["h"] for r in df.select("v", F.hash("v").alias("h")).collect()}
     assert {v: spark_hash_long(v) for v in values} == spark_hashes
+
+
+def test_a_fit_on_smaller_blocks_is_the_same_fit(spark):
+    """The block count is the pack's choice, not the estimator's: every query's SERPs are in one block either
+    way, so 10 blocks fit what 4 do, to float rounding."""
+    model, M = get_model("pbm"), 5
+    log = Log(model, n_serps=300, M=M, seed=62)
+    df = log.df(spark)
+    default, small = pack_serps(df, max_rank=M), pack_serps(df, max_rank=M, block_serps=30)
+    try:
+        assert [g.n_blocks for g in default.groups] == [MIN_BLOCKS] and [g.n_blocks for g in small.groups] == [10]
+        options = dict(iterations=6, tol=None, max_rank=M, engine="stages")
+        a, b = fit(default, model, **options), fit(small, model, **options)
+    finally:
+        default.unpersist()
+        small.unpersist()
+    assert a.glob.keys() == b.glob.keys()
+    for name in a.glob:
+        np.testing.assert_allclose(b.glob[name], a.glob[name], rtol=1e-12)
+    qa, qb = ({(r["query_id"], r["doc_id"]): r["alpha"] for r in f.qd.collect()} for f in (a, b))
+    assert qa.keys() == qb.keys() and len(qa) > 50
+    np.testing.assert_allclose([qb[k] for k in qa], list(qa.values()), rtol=1e-12)
+
