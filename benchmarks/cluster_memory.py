@@ -54,8 +54,8 @@ def role_of(cmdline: str) -> str | None:
 
 
 class ProcessPeaks(Sampler):
-    """Peak RSS of every process in the given sessions and in the session of any running submit.sh,
-    sampled in a thread: {pid: [role, peak bytes, parent pid]}."""
+    """Peak RSS of every process in the given sessions and in the session of the submit.sh this process
+    runs, sampled in a thread: {pid: [role, peak bytes, parent pid]}."""
 
     def __init__(self, sids: set[int], every: float = 0.5):
         super().__init__(every)
@@ -64,7 +64,8 @@ class ProcessPeaks(Sampler):
 
     def sample(self) -> None:
         procs = processes()
-        self.sids |= {p.pid for p in procs if "deploy/cluster/submit.sh" in p.cmdline}
+        # this process's submit only: a test suite's submits beside a run are not the benchmark's
+        self.sids |= {p.pid for p in procs if "deploy/cluster/submit.sh" in p.cmdline and p.ppid == os.getpid()}
         roles = {p.pid: role_of(p.cmdline) for p in procs}
         for p in procs:
             role = roles[p.pid]

@@ -19,3 +19,18 @@ def test_a_jvm_fork_before_exec_is_not_a_process_of_its_own(monkeypatch):
     peaks = cluster_memory.ProcessPeaks({7})
     peaks.sample()
     assert peaks.peaks == {10: ["executor JVM", 2 << 30, 1], 12: ["executor Python", 100 << 20, 10]}
+
+
+def test_only_this_process_s_submit_is_followed(monkeypatch):
+    """A submit.sh session joins the sampled ones when this process started it: a test suite's cluster
+    submits beside a run (the ninth pass's table listed a driver JVM of theirs) are left out."""
+    import os
+    submit = "bash /repo/deploy/cluster/submit.sh pipeline --master spark://x"
+    procs = [Process(20, "S", os.getpid(), 20, 1 << 20, submit),
+             Process(21, "S", 20, 20, 1 << 30, "java org.apache.spark.deploy.SparkSubmit jobs/pipeline.py"),
+             Process(30, "S", 4321, 30, 1 << 20, submit),
+             Process(31, "S", 30, 30, 2 << 30, "java org.apache.spark.deploy.SparkSubmit jobs/ingest.py")]
+    monkeypatch.setattr(cluster_memory, "processes", lambda: procs)
+    peaks = cluster_memory.ProcessPeaks(set())
+    peaks.sample()
+    assert peaks.peaks == {21: ["driver JVM", 1 << 30, 20]}
