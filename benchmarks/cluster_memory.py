@@ -196,8 +196,7 @@ def main(argv=None) -> int:
     disk, raw = parquet_bytes(work / "driver" / "warehouse" / "serps")
     executors_bytes = 2 * _bytes(args.executor_memory)
     out = {"serps": args.serps, "doc_ids": args.doc_ids, "returncode": done.returncode, "seconds": done.seconds,
-           "engine": engine,
-           "executor_memory": args.executor_memory, "driver_memory": args.driver_memory,
+           "engine": engine, "executor_memory": args.executor_memory, "driver_memory": args.driver_memory,
            "serps_table_disk_bytes": disk, "serps_table_uncompressed_bytes": raw,
            "executors_memory_bytes": executors_bytes, "stages": stages, "spilled_bytes": spilled,
            "executors_removed": removed, "tasks_failed": failed,
@@ -214,7 +213,7 @@ def report(out: dict, log: Path) -> str:
     """cluster_memory.json as the markdown RESULTS.md quotes."""
     gib = 2**30
     lines = [f"pipeline: exit {out['returncode']} after {out['seconds']:.0f} s (log {log})",
-             f"serps table ({out['serps']:,} SERPs, {out.get('doc_ids', 'short')} doc ids): "
+             f"serps table ({out['serps']:,} SERPs, {out['doc_ids']} doc ids): "
              f"{out['serps_table_disk_bytes'] / gib:.2f} GiB on disk, "
              f"{out['serps_table_uncompressed_bytes'] / gib:.2f} GiB uncompressed; the executors' memory together "
              f"{out['executors_memory_bytes'] / gib:.2f} GiB",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from benchmarks import cluster_memory
 from tests.cluster.standalone import Process
 
@@ -24,7 +26,6 @@ def test_a_jvm_fork_before_exec_is_not_a_process_of_its_own(monkeypatch):
 def test_only_this_process_s_submit_is_followed(monkeypatch):
     """A submit.sh session joins the sampled ones when this process started it: a test suite's cluster
     submits beside a run (the ninth pass's table listed a driver JVM of theirs) are left out."""
-    import os
     submit = "bash /repo/deploy/cluster/submit.sh pipeline --master spark://x"
     procs = [Process(20, "S", os.getpid(), 20, 1 << 20, submit),
              Process(21, "S", 20, 20, 1 << 30, "java org.apache.spark.deploy.SparkSubmit jobs/pipeline.py"),

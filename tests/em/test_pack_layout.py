@@ -146,4 +146,3 @@ def test_a_fit_on_smaller_blocks_is_the_same_fit(spark):
     qa, qb = ({(r["query_id"], r["doc_id"]): r["alpha"] for r in f.qd.collect()} for f in (a, b))
     assert qa.keys() == qb.keys() and len(qa) > 50
     np.testing.assert_allclose([qb[k] for k in qa], list(qa.values()), rtol=1e-12)
-

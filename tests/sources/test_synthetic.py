@@ -68,14 +68,14 @@ def test_ubm_and_dbn_logs_follow_their_truth(spark):
 def test_sha256_doc_ids_are_the_short_log_with_each_id_digested(spark):
     """The same SERPs and clicks; every doc id of serps, truth and labels is SHA-256 of the short one."""
     short, short_labels, short_truth = synthetic.generate(spark, _cfg(model="pbm"))
-    long, long_labels, long_truth = synthetic.generate(spark, _cfg(model="pbm", doc_id_form="sha256"))
+    digested, long_labels, long_truth = synthetic.generate(spark, _cfg(model="pbm", doc_id_form="sha256"))
 
     def digest(doc):
         return hashlib.sha256(doc.encode()).hexdigest()
 
     cols = ("serp_id", "query_id", "doc_ids", "clicks")
     a = short.select(*cols).orderBy("serp_id").collect()
-    b = long.select(*cols).orderBy("serp_id").collect()
+    b = digested.select(*cols).orderBy("serp_id").collect()
     assert len(a) == len(b) == 3000
     assert all(x["doc_ids"][0].startswith("d") for x in a)
     assert [(x["serp_id"], x["query_id"], [digest(d) for d in x["doc_ids"]], x["clicks"]) for x in a] == \
@@ -92,9 +92,7 @@ def test_sha256_doc_ids_are_the_short_log_with_each_id_digested(spark):
 def test_serp_labels_never_broadcast_the_query_doc_grades(spark):
     """The grades are one row per (query, doc) of the log: they must not pass through the driver, though
     Spark sizes their spark.range source at a few bytes a query."""
-    cfg = IngestConfig(dataset="syn", format="synthetic",
-                       synthetic=SyntheticConfig(n_serps=3000, n_queries=50, seed=11, labels="serp"))
-    _, labels, _ = synthetic.generate(spark, cfg)
+    _, labels, _ = synthetic.generate(spark, _cfg(labels="serp"))
     labels.collect()   # runs this plan: adaptive execution has settled its joins
     plan = labels._jdf.queryExecution().executedPlan().toString()
     assert "isFinalPlan=true" in plan and "SortMergeJoin" in plan and "Broadcast" not in plan, plan
