@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Iterator
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
 from clickeval_spark.config import IngestConfig
@@ -27,15 +27,17 @@ class IngestOutput:
     labels: DataFrame | None
     quarantine: DataFrame
     counts: dict[str, int]
+    # {(target, rule): records quarantined}: serps and relevance_labels
+    rule_counts: dict[tuple[str, str], int]
     # the (dataset, log_date) slices the write replaces (None: the undated slice)
     log_dates: tuple[date | None, ...] = (None,)
     label_log_dates: tuple[date | None, ...] = (None,)
     kept: tuple[DataFrame, ...] = ()   # the persisted checked records (and labels): `release` frees them
 
     def release(self) -> None:
-        """Free what the ingest persisted (its checked records, and the quarantine `quarantine_check` keeps):
-        in one session (`clickeval run`) it would otherwise stay cached through every later stage."""
-        for df in (*self.kept, self.quarantine):
+        """Free what the ingest persisted (its checked records): in one session (`clickeval run`) it would
+        otherwise stay cached through every later stage."""
+        for df in self.kept:
             df.unpersist()
 
 
@@ -117,10 +119,6 @@ def require_records(spark: SparkSession, paths: list[str], records_per_source: d
                 raise InputError(f"{shown(file)}: breaks rule empty_input: no records in it (expected {what})")
 
 
-def _records_per_source(parsed: DataFrame) -> dict[str, int]:
-    return {r["source"]: r["n"] for r in parsed.groupBy("source").agg(F.count(F.lit(1)).alias("n")).collect()}
-
-
 def _single_path(cfg: IngestConfig) -> str:
     if set(cfg.paths) != {"all"}:
         raise ConfigError(f"ingest.paths: format {cfg.format!r} reads one input, give it as 'all'")
@@ -171,17 +169,19 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
     accepted, kept = checked.accepted, [checked.ruled]
     quarantine = checked.quarantined
     with reading_inputs():
-        per_source = _records_per_source(checked.ruled)
+        # one job fills the cache and counts what the checks need (records per file, per rule, the days)
+        tally = _tally(checked.ruled, day="log_date")
+        per_source = _per_source(tally)
         if cfg.format in SERP_RECORDS:
             require_records(spark, list(cfg.paths.values()), per_source, SERP_RECORDS[cfg.format])
         # the days this ingest replaces: a handful of values (one per day of the input), never per-SERP data
-        log_dates = tuple(r["log_date"] for r in accepted.select("log_date").distinct().collect()) or (cfg.log_date,)
+        log_dates = tuple(sorted({r["day"] for r in tally if r["rule"] is None},
+                                 key=lambda d: (d is None, d or date.min))) or (cfg.log_date,)
         if cfg.format == "per_query_text":   # the reader numbered each session's records within file splits
-            settled, offsets = per_query_text.settled_positions(checked.ruled, cache_level(spark))
-            accepted = accepted_serps(settled)
-            kept.append(offsets)
+            accepted = accepted_serps(per_query_text.settled_positions(checked.ruled))
     serps = accepted.withColumn("ingest_run_id", F.lit(run_id))
     counts = {"serps_read": sum(per_source.values())}
+    rule_counts = _per_rule(tally, "serps")
 
     labels = None
     if labels_parsed is not None:
@@ -192,17 +192,43 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
         )
         quarantine = quarantine.unionByName(label_check.quarantined)
         with reading_inputs():
-            per_source = _records_per_source(labels_parsed)
+            tally = _tally(label_check.ruled)
+            per_source = _per_source(tally)
             if cfg.format in LABEL_RECORDS:
                 require_records(spark, [cfg.labels], per_source, LABEL_RECORDS[cfg.format])
             counts["labels_read"] = sum(per_source.values())
-            counts["labels_accepted"] = label_check.accepted_records.count()
+            counts["labels_accepted"] = sum(r["n"] for r in tally if r["rule"] is None)
+            rule_counts.update(_per_rule(tally, "relevance_labels"))
 
     return IngestOutput(serps=serps, labels=labels, quarantine=quarantine.withColumn("run_id", F.lit(run_id)),
-                        counts=counts, log_dates=log_dates,
+                        counts=counts, rule_counts=rule_counts, log_dates=log_dates,
                         # labels fall in the SERPs' days or, untied, in ingest.log_date's slice
                         label_log_dates=tuple(dict.fromkeys((*log_dates, cfg.log_date))),
                         kept=tuple(kept) if labels_parsed is None else (*kept, labels_parsed))
+
+
+def _tally(ruled: DataFrame, day: str | None = None) -> list[Row]:
+    """Records per (source file, rule broken: null for accepted, the accepted record's `day`): a few rows per
+    input file and rule, never per-record data."""
+    accepted_day = F.when(F.col("rule").isNull(), F.col(day)) if day else F.lit(None)
+    return (ruled.groupBy("source", "rule", accepted_day.alias("day"))
+            .agg(F.count(F.lit(1)).alias("n")).collect())
+
+
+def _per_source(tally: list[Row]) -> dict[str, int]:
+    per_source: dict[str, int] = {}
+    for r in tally:
+        per_source[r["source"]] = per_source.get(r["source"], 0) + r["n"]
+    return per_source
+
+
+def _per_rule(tally: list[Row], target: str) -> dict[tuple[str, str], int]:
+    """{(target, rule): records quarantined} (`quarantine_check`'s counts)."""
+    per_rule: dict[tuple[str, str], int] = {}
+    for r in tally:
+        if r["rule"] is not None:
+            per_rule[(target, r["rule"])] = per_rule.get((target, r["rule"]), 0) + r["n"]
+    return per_rule
 
 
 def with_log_date(records: DataFrame, log_date: date | None) -> DataFrame:
@@ -215,19 +241,16 @@ def quarantine_check(out: IngestOutput, cfg: IngestConfig) -> tuple[dict[str, in
 
     An input whose records of serps (or of labels) are all quarantined, or more than
     `ingest.max_quarantine_share` of them, must not replace a dataset's slice: a binary or
-    mostly broken file would otherwise leave the dataset empty or gutted with exit 0. One Spark
-    aggregate (rows per target and rule) reaches the driver. The quarantine frame is kept so the
-    write that follows does not recompute it.
+    mostly broken file would otherwise leave the dataset empty or gutted with exit 0. The counts per
+    rule are `run_ingest`'s (`IngestOutput.rule_counts`): no Spark job here.
     """
-    with reading_inputs():
-        per_rule = (out.quarantine.persist(cache_level(out.quarantine.sparkSession))
-                    .groupBy("target", "rule").agg(F.count(F.lit(1)).alias("n")).collect())
     targets = [("serps", "serps", out.counts["serps_read"], list(cfg.paths.values()) or ["synthetic log"])]
     if "labels_read" in out.counts:
         targets.append(("relevance_labels", "labels", out.counts["labels_read"], [cfg.labels or "synthetic labels"]))
     counts, refusals = {}, []
     for target, key, read, files in targets:
-        rules = sorted(((r["n"], r["rule"]) for r in per_rule if r["target"] == target), key=lambda x: (-x[0], x[1]))
+        rules = sorted(((n, rule) for (t, rule), n in out.rule_counts.items() if t == target),
+                       key=lambda x: (-x[0], x[1]))
         quarantined = sum(n for n, _ in rules)
         accepted = read - quarantined
         counts[f"{key}_quarantined"] = quarantined

@@ -119,6 +119,10 @@ def build_session(
         # reading a local checkpoint while writing a reliable one held both whole (1g executors, 5M SERPs of
         # 64-character ids: out of heap, benchmarks/RESULTS.md)
         "spark.serializer.objectStreamReset": "1",
+        # the columnar cache's per-column compression (run-length, dictionary) cost the 1M per-query text
+        # ingest's cache ~1 s of CPU against ~0.3 s uncompressed; what the pipeline caches is mostly arrays and
+        # binary blocks, which it leaves uncompressed anyway (benchmarks/RESULTS.md)
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
         **dict(conf or {}),
     }
     if embedded:

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.config import SPLITS
-from clickeval_spark.sources.files import RAW_MAX_CHARS, WHITESPACE, truncate_raw
+from clickeval_spark.sources.files import RAW_MAX_CHARS, WHITESPACE_CHARS, truncate_raw
 
 # rule codes, in the order they are checked
 SERP_RULES = (
@@ -38,26 +38,33 @@ LABEL_RULES = ("unparseable", "missing_id", "empty_result_list", "length_mismatc
 class Checked:
     accepted: DataFrame
     quarantined: DataFrame
-    # input records that passed (before a labelled SERP is exploded into one row per doc)
-    accepted_records: DataFrame | None = None
-    # every input record with its rule (null: accepted; raw text only where a rule is broken), persisted when
-    # asked (`check_serps`' keep)
+    # every input record with its rule (null: accepted; for SERPs, raw text only where a rule is broken,
+    # persisted when asked: `check_serps`' keep)
     ruled: DataFrame | None = None
 
 
-def _first_broken(rules: list[tuple[str, Column, Column]]) -> tuple[Column, Column]:
-    """(rule, reason) of the first rule whose condition holds, else nulls."""
-    rule = F.lit(None).cast("string")
+def _ruled(records: DataFrame, rules: list[tuple[str, Column, Column]]) -> DataFrame:
+    """`records` with `rule` (the first rule whose condition holds, else null) and `reason` (that rule's).
+
+    The reason is picked by the rule's code, so each condition is evaluated once per record: choosing
+    the reason by the conditions again cost the 1M-SERP ingest ~1 s (benchmarks/RESULTS.md)."""
+    rule = F.when(rules[0][1], F.lit(rules[0][0]))
+    for code, broken, _ in rules[1:]:
+        rule = rule.when(broken, F.lit(code))
     reason = F.lit(None).cast("string")
-    for code, broken, why in reversed(rules):
-        rule = F.when(broken, F.lit(code)).otherwise(rule)
-        reason = F.when(broken, why).otherwise(reason)
-    return rule, reason
+    for code, _, why in reversed(rules):
+        reason = F.when(F.col("rule") == code, why).otherwise(reason)
+    return records.withColumn("rule", rule).withColumn("reason", reason)
 
 
 def _blank_text(text: Column) -> Column:
     """Null, empty, or only whitespace of any kind (tabs, newlines, Unicode spaces): not an id."""
-    return text.isNull() | text.rlike(f"^{WHITESPACE}*$")
+    # A text whose first byte is printable ASCII other than space ("!" <= text < DEL, compared as bytes) is
+    # not blank: that settles nearly every id without a copy. Only the rest is trimmed, since trimming a list of
+    # characters scans the list for each character, and the regex ^WHITESPACE*$ first copies each id into a
+    # Java string: either alone on every doc id cost the 1M ingest ~1 s (benchmarks/RESULTS.md).
+    printable_first = (text >= F.lit("!")) & (text < F.lit("\x7f"))
+    return text.isNull() | (~printable_first & (F.btrim(text, F.lit(WHITESPACE_CHARS)) == ""))
 
 
 def _blank(col: str) -> Column:
@@ -102,8 +109,7 @@ def check_serps(parsed: DataFrame, *, max_rank: int, keep: StorageLevel | None =
          F.format_string("split %s is not one of %s", F.coalesce(F.col("split"), F.lit("null")),
                          F.lit(", ".join(SPLITS)))),
     ]
-    rule, reason = _first_broken(rules)
-    ruled = parsed.withColumn("rule", rule).withColumn("reason", reason)
+    ruled = _ruled(parsed, rules)
     if not numbered_ids:
         ruled = _flag_duplicates(ruled, "serp_id", "duplicate_serp_id", F.format_string("serp_id %s", F.col("serp_id")))
     # the raw text is read only by the quarantine: an accepted record's is dropped (at 1M SERPs of per-query
@@ -142,8 +148,7 @@ def check_labels(parsed: DataFrame) -> Checked:
          F.exists("relevances", lambda r: r.isNull() | r.try_cast("int").isNull() | (r.try_cast("int").cast("string") != F.trim(r))),
          F.concat(F.lit("relevance grades must be integers, got "), F.to_json("relevances"))),
     ]
-    rule, reason = _first_broken(rules)
-    ruled = _flag_duplicates(parsed.withColumn("rule", rule).withColumn("reason", reason),
+    ruled = _flag_duplicates(_ruled(parsed, rules),
                              "label_key", "duplicate_label", F.format_string("label %s", F.col("label_key")))
     passed = ruled.where(F.col("rule").isNull())
     accepted = (
@@ -159,7 +164,7 @@ def check_labels(parsed: DataFrame) -> Checked:
             "session_id",
         )
     )
-    return Checked(accepted, _quarantine_rows(ruled, "relevance_labels"), accepted_records=passed)
+    return Checked(accepted, _quarantine_rows(ruled, "relevance_labels"), ruled=ruled)
 
 
 def _flag_duplicates(ruled: DataFrame, key: str, code: str, what: Column) -> DataFrame:

@@ -118,3 +118,28 @@ def test_broken_label_file_is_refused_too(spark, warehouse, tmp_path, conf, caps
 def test_max_quarantine_share_is_a_fraction(share):
     with pytest.raises(ConfigError, match=r"ingest.max_quarantine_share: must be in \[0, 1\]"):
         IngestConfig(max_quarantine_share=share)
+
+
+def test_a_rerun_replaces_the_quarantine_of_its_earlier_attempt_and_commits_nothing_when_there_is_none(
+        spark, warehouse, tmp_path, conf):
+    """An ingest with nothing quarantined writes no quarantine commit, unless an earlier attempt of the same run
+    left rows there to replace: those go (a corrected input rerun under its run id)."""
+    log = tmp_path / "log.txt"
+    path = _write(log, "\n".join(GOOD + ["s9\tq1\t[1, 2]\t[0, 0]\t[0, 2]"]) + "\n")   # line 7: a click of 2
+
+    def quarantined() -> list[tuple]:
+        return [(r["line"], r["rule"]) for r in tables.read_table(spark, warehouse, "quarantine")
+                .where(F.col("run_id") == "rerun").collect()]
+
+    assert _ingest(conf, "rerun", f"ingest.paths={{train: {path}}}") == 0
+    assert quarantined() == [(7, "click_not_binary")]
+    _write(log, "\n".join(GOOD) + "\n")
+    assert _ingest(conf, "rerun", f"ingest.paths={{train: {path}}}") == 0
+    assert quarantined() == []
+    def version() -> int:
+        return DeltaTable.forPath(spark, tables.table_path(warehouse, "quarantine")).history(1).first()["version"]
+
+    before = version()
+    assert _ingest(conf, "rerun", f"ingest.paths={{train: {path}}}") == 0
+    assert version() == before
+    assert _run_row(spark, warehouse, "rerun")["counts"]["serps_quarantined"] == 0

@@ -17,7 +17,6 @@ form and numbers each session's records within the split, so the raw text is nev
 
 from __future__ import annotations
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -130,32 +129,36 @@ def read_serps(spark: SparkSession, paths: dict[str, str], dataset: str, variant
     return to_parsed(parsed.withColumn("serp_id", _serp_id(F.col("serp_pos"))), keep=["block_start"])
 
 
-# sessions whose records lie in more than one file split, up to which their offsets are broadcast; a log with
-# more (a file not grouped by session) numbers its records with the session window instead
+# sessions whose records lie in more than one file split, up to which their offsets are joined from the driver;
+# a log with more (a file not grouped by session) numbers its records with the session window instead
 SPANNING_BROADCAST_MAX = 100_000
+_OFFSETS = T.StructType([T.StructField("session_id", T.StringType()), T.StructField("source", T.StringType()),
+                         T.StructField("block_start", T.LongType()), T.StructField("offset", T.LongType())])
 
 
-def settled_positions(records: DataFrame, keep: StorageLevel,
-                      spanning_max: int = SPANNING_BROADCAST_MAX) -> tuple[DataFrame, DataFrame]:
+def settled_positions(records: DataFrame, spanning_max: int = SPANNING_BROADCAST_MAX) -> DataFrame:
     """`read_serps`' records (any later frame of them with session_id, source, line, block_start, serp_pos)
     with serp_pos and serp_id their position in the session, counted in file order over every input file.
 
     A session's records in earlier file splits are counted once per (session, split), a small aggregate;
     only the sessions that span splits get an offset (in a log grouped by session, at most one per split
-    boundary), broadcast to the records. Returns (the records, the offsets kept: unpersist them when done)."""
+    boundary), collected, at most `spanning_max` of them, and broadcast back to the records."""
     per_split = records.groupBy("session_id", "source", "block_start").agg(F.count(F.lit(1)).alias("n"))
     earlier = Window.partitionBy("session_id").orderBy("source", "block_start").rowsBetween(Window.unboundedPreceding, -1)
-    offsets = (
+    spanning = (
         per_split.select("session_id", "source", "block_start", F.sum("n").over(earlier).alias("offset"))
         .where(F.col("offset") > 0)
-        .persist(keep)
+        .limit(spanning_max + 1)
+        .collect()
     )
-    if offsets.count() > spanning_max:
-        offsets.unpersist()
-        return _with_serp_ids(records), offsets
+    if len(spanning) > spanning_max:
+        return _with_serp_ids(records)
+    if not spanning:   # no session spans two splits: the positions within the splits are the positions
+        return records
+    offsets = records.sparkSession.createDataFrame(spanning, _OFFSETS)
     settled = records.join(F.broadcast(offsets), on=["session_id", "source", "block_start"], how="left")
     pos = (F.col("serp_pos") + F.coalesce(F.col("offset"), F.lit(0))).cast("int")
-    return settled.withColumn("serp_pos", pos).withColumn("serp_id", _serp_id(F.col("serp_pos"))).drop("offset"), offsets
+    return settled.withColumn("serp_pos", pos).withColumn("serp_id", _serp_id(F.col("serp_pos"))).drop("offset")
 
 
 def read_labels(spark: SparkSession, path: str, dataset: str, variant: str) -> DataFrame:

@@ -25,7 +25,8 @@ import pyarrow.compute as pc
 
 from clickeval_spark.sources.files import WHITESPACE_CHARS
 
-_BLANK = r"[ \t\n\r]"     # JSON's whitespace; a field with any other blank takes Spark's path
+_JSON_BLANKS = " \t\n\r"     # JSON's whitespace; a field with any other blank takes Spark's path
+_BLANK = r"[ \t\n\r]"
 _PLAIN_ID = r'"[^"\\\x00-\x1f,]*"'
 _PLAIN_INT = r"(?:0|[1-9][0-9]{0,8})"
 
@@ -36,26 +37,43 @@ def _plain_list(item: str) -> str:
 
 PLAIN_IDS = _plain_list(f"(?:{_PLAIN_ID}|{_PLAIN_INT})")
 PLAIN_INTS = _plain_list(_PLAIN_INT)
-_BRACKETS = rf"^{_BLANK}*\[{_BLANK}*|{_BLANK}*\]{_BLANK}*$"
-_MAX_FIELDS = 8            # more than any layout reads (aicm labels: 8 fields)
 
 
 def _decoded(field: pa.Array, plain: pa.Array, ints: bool) -> pa.ListArray:
-    """The plain fields' items as a list array (strings without their quotes, or int32); null elsewhere."""
-    inner = pc.replace_substring_regex(pc.if_else(plain, field, "[]"), _BRACKETS, "")
+    """The plain fields' items as a list array (strings without their quotes, or int32); null elsewhere.
+
+    A plain field is blanks, '[', items split by commas, ']', blanks: once trimmed, its brackets are its first
+    and last characters, and an id holds no quote, so trimming quotes leaves exactly what they enclose. (JSON's
+    blanks are ASCII, and no byte of a multi-byte UTF-8 character is: the ASCII trims are exact on any text.)
+    """
+    inner = pc.ascii_trim(pc.utf8_slice_codeunits(pc.ascii_trim(pc.if_else(plain, field, "[]"), _JSON_BLANKS), 1, -1),
+                          _JSON_BLANKS)
     parts = pc.split_pattern(inner, ",")
     n_parts = pc.list_value_length(parts).to_numpy(zero_copy_only=False)
     empty = pc.equal(inner, "").to_numpy(zero_copy_only=False)     # "[]" splits into one empty item
     items = pc.list_flatten(parts)
     if empty.any():
         items = pc.filter(items, pa.array(np.repeat(~empty, n_parts)))
-    items = pc.utf8_trim(items, " \t\n\r")
-    if ints:
-        items = pc.cast(items, pa.int32())
-    else:   # a quoted id without its quotes; a number as its digits
-        items = pc.if_else(pc.starts_with(items, '"'), pc.utf8_slice_codeunits(items, 1, -1), items)
+    items = pc.ascii_trim(items, _JSON_BLANKS)
+    # a number as its digits; a quoted id without its quotes
+    items = pc.cast(items, pa.int32()) if ints else pc.ascii_trim(items, '"')
     offsets = pa.array(np.r_[0, np.cumsum(np.where(empty, 0, n_parts))].astype(np.int32))
     return pa.ListArray.from_arrays(offsets, items, mask=pc.invert(plain))
+
+
+class _Fields:
+    """The tab-separated fields of a batch's lines, taken by position per line (null where a line has fewer)."""
+
+    def __init__(self, text: pa.Array) -> None:
+        split = pc.split_pattern(text, "\t")
+        offsets = split.offsets.to_numpy()
+        self.starts, self.flat = offsets[:-1] - offsets[0], split.flatten()
+        self.count = np.diff(offsets).astype(np.int32)
+
+    def at(self, index: np.ndarray | int, wanted: np.ndarray | bool = True) -> pa.Array:
+        """Field `index` (per line, or one for all) of the lines where `wanted` and it exists; null elsewhere."""
+        present = wanted & (self.count > index)
+        return pc.take(self.flat, pa.array(np.where(present, self.starts + index, 0), mask=~present))
 
 
 class _SplitPositions:
@@ -98,21 +116,16 @@ def parse_batches(batches: Iterator[pa.RecordBatch], layouts: list[tuple[int, in
     positions = _SplitPositions()
     for batch in batches:
         raw, utf8 = batch.column("raw"), batch.column("utf8")
-        text = pc.cast(pc.if_else(utf8, raw, pa.scalar(b"", pa.binary())), pa.string())
-        n_fields = pc.cast(pc.add(pc.count_substring(text, "\t"), 1), pa.int32())
-        fields = pc.split_pattern(pc.binary_join_element_wise(text, "\t" * _MAX_FIELDS, ""), "\t")
-        session = pc.if_else(utf8, pc.utf8_trim(pc.list_element(fields, 0), WHITESPACE_CHARS), batch.column("key"))
-        query = pc.if_else(pc.greater_equal(n_fields, 2), pc.utf8_trim(pc.list_element(fields, 1), WHITESPACE_CHARS),
-                           pa.scalar(None, pa.string()))
-        n = n_fields.to_numpy(zero_copy_only=False)
+        fields = _Fields(pc.cast(pc.if_else(utf8, raw, pa.scalar(b"", pa.binary())), pa.string()))
+        n = fields.count
+        session = pc.if_else(utf8, pc.utf8_trim(fields.at(0), WHITESPACE_CHARS), batch.column("key"))
+        query = pc.utf8_trim(fields.at(1), WHITESPACE_CHARS)
         docs_at = np.full(len(n), -1, dtype=np.int32)
         for count, at in layouts:
             docs_at[n == count] = at
         lists, texts = [], []
         for offset, (name, ints) in enumerate(list_fields):
-            field = pa.nulls(len(n), pa.string())
-            for _, at in layouts:
-                field = pc.if_else(pa.array(docs_at == at), pc.list_element(fields, at + offset), field)
+            field = fields.at(docs_at + offset, docs_at >= 0)
             plain = pc.fill_null(pc.match_substring_regex(field, PLAIN_INTS if ints else PLAIN_IDS), False)
             lists.append(_decoded(field, plain, ints))
             texts.append(pc.if_else(plain, pa.scalar(None, pa.string()), field))
@@ -122,7 +135,7 @@ def parse_batches(batches: Iterator[pa.RecordBatch], layouts: list[tuple[int, in
         for lo, hi in zip(starts, np.r_[starts[1:], len(n)]):
             local[lo:hi] = positions.number((split[0][lo], split[1][lo]), session.slice(lo, hi - lo))
         names = ["source", "line", "block_start", "raw", "utf8", "session_id", "query_id", "n_fields", "docs_at"]
-        arrays = [batch.column(c) for c in names[:5]] + [session, query, n_fields,
+        arrays = [batch.column(c) for c in names[:5]] + [session, query, pa.array(n, pa.int32()),
                                                          pa.array(docs_at, mask=docs_at < 0)]
         for (name, _), decoded, field_text in zip(list_fields, lists, texts):
             names += [name, f"{name}_text"]

@@ -3,11 +3,13 @@ each record is accepted exactly as expected or quarantined with the rule and rea
 
 import datetime
 
+import pytest
 from chispa import assert_df_equality
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.sources.parsed import PARSED_LABELS, PARSED_SERPS, to_parsed
-from clickeval_spark.validation import check_labels, check_serps
+from clickeval_spark.validation import _blank_text, check_labels, check_serps
 
 D = datetime.date(2026, 11, 30)
 # source, line, record, raw, parse_rule, parse_reason, dataset, split, session_id, serp_pos, serp_id, query_id,
@@ -84,3 +86,15 @@ def test_to_parsed_fills_missing_columns_with_typed_nulls_and_casts_the_rest(spa
     assert [f.dataType for f in out.schema] == [f.dataType for f in PARSED_SERPS]
     row = out.first()
     assert (row["line"], row["clicks"], row["serp_id"], row["log_date"]) == (7, [1], None, None)
+
+
+@pytest.mark.parametrize("doc, blank", [("!", False), ("~", False), ("\x7f", False), ("\x00", False), ("é", False),
+                                        ("\u3000x", False), (" x ", False), ("", True), (" ", True),
+                                        ("\u3000\u2003", True), ("\x1c\x85\xa0", True), ("\t\x0b", True)])
+def test_a_doc_id_is_blank_when_it_is_empty_or_only_whitespace_of_any_kind(spark, doc, blank):
+    """`_blank_text` settles ids by their first byte when it is printable ASCII other than space, and trims the
+    rest: the boundaries of that shortcut ('!', '~', DEL) and ids that only start or end with whitespace."""
+    assert blank == (doc.strip() == "")   # the contract: Python's str.isspace() whitespace
+    [got] = spark.createDataFrame([([doc],)], "doc_ids array<string>").select(
+        F.exists("doc_ids", _blank_text).alias("blank")).collect()
+    assert got["blank"] is blank

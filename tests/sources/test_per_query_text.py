@@ -1,5 +1,4 @@
 import pytest
-from pyspark import StorageLevel
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -93,7 +92,7 @@ def test_numbered_serp_ids_never_collide_so_the_duplicates_window_is_skipped(spa
     paths = {"train": write(tmp_path / "train.txt", "\n".join(lines[:50]) + "\n"),
              "valid": write(tmp_path / "valid.txt", "\n".join(lines[50:]) + "\n")}
     read = per_query_text.read_serps(spark, paths, "t", "graphcm").withColumn("log_date", F.lit(None).cast("date"))
-    parsed, _ = per_query_text.settled_positions(read, StorageLevel.MEMORY_ONLY)
+    parsed = per_query_text.settled_positions(read)
     skipped, windowed = (check_serps(parsed, max_rank=10, numbered_ids=n).ruled for n in (True, False))
     assert_df_equality(skipped, windowed, ignore_row_order=True)
     ids = [r["serp_id"] for r in skipped.where(F.col("rule").isNull()).collect()]

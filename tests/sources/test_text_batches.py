@@ -6,7 +6,6 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 import pytest
-from pyspark import StorageLevel
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -115,9 +114,8 @@ def test_positions_count_every_earlier_record_of_the_session_over_splits_and_fil
     with _small_splits(spark, 128):
         read = per_query_text.read_serps(spark, paths, "t", "graphcm")
         assert read.select("source", "block_start").distinct().count() > 10   # many splits indeed
-        settled, offsets = per_query_text.settled_positions(read, StorageLevel.MEMORY_ONLY, spanning_max)
+        settled = per_query_text.settled_positions(read, spanning_max)
         rows = settled.select("source", "line", "session_id", "serp_pos", "serp_id").collect()
-    offsets.unpersist()
     expected = _expected_positions(files)
     got = {(0 if r["source"].endswith("train.txt") else 1, r["line"]): r["serp_pos"] for r in rows}
     assert got == expected
