@@ -123,6 +123,10 @@ def build_session(
         # ingest's cache ~1 s of CPU against ~0.3 s uncompressed; what the pipeline caches is mostly arrays and
         # binary blocks, which it leaves uncompressed anyway (benchmarks/RESULTS.md)
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
+        # ids unique per SERP or session: Parquet's dictionary fills up and falls back on every file, work spent
+        # for nothing (the 1M serps write: 44.2 MB without it against 44.9 MB, and no slower; benchmarks/RESULTS.md)
+        "spark.hadoop.parquet.enable.dictionary#serp_id": "false",
+        "spark.hadoop.parquet.enable.dictionary#session_id": "false",
         **dict(conf or {}),
     }
     if embedded:

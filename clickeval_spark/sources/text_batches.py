@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from clickeval_spark.sources.files import WHITESPACE_CHARS
 
 _JSON_BLANKS = " \t\n\r"     # JSON's whitespace; a field with any other blank takes Spark's path
-_BLANK = r"[ \t\n\r]"
+_BLANK = f"[{_JSON_BLANKS}]"
 _PLAIN_ID = r'"[^"\\\x00-\x1f,]*"'
 _PLAIN_INT = r"(?:0|[1-9][0-9]{0,8})"
 
