@@ -53,29 +53,19 @@ def _counted(df: DataFrame, what: str, **counts: Column) -> tuple[DataFrame, Obs
     return tables.observed(df, f"ingest-{what}", *[F.count(F.when(cond, 1)).alias(name) for name, cond in counts.items()])
 
 
-def _holds_rows(ctx: StageContext, table: str, keys: dict[str, str]) -> bool:
-    """Whether slice `keys` of `table` has a row (e.g. from an earlier attempt of this run); pruned to the
-    slice's files by the Delta log."""
-    if not ctx.exists(table):
-        return False
-    condition = F.lit(True)
-    for column, value in keys.items():
-        condition &= F.col(column) == value
-    return bool(ctx.read(table).where(condition).limit(1).count())
-
-
 def _write_ingest(ctx: StageContext, out: ingestion.IngestOutput) -> dict[str, int]:
     dataset = ctx.dataset
     serps, serps_seen = _counted(out.serps, "serps", **{split: F.col("split") == split for split in SPLITS})
     quarantine, quarantine_seen = _counted(out.quarantine, "quarantine",
                                             **{t: F.col("target") == t for t in ("serps", "relevance_labels")})
     ctx.write(serps, "serps", {"dataset": dataset}, out.log_dates)
-    quarantine_slice = {"run_id": ctx.run_id, "dataset": dataset}
-    if out.rule_counts or _holds_rows(ctx, "quarantine", quarantine_slice):
-        ctx.write(quarantine, "quarantine", quarantine_slice)
+    # rows an earlier attempt of this run left in its quarantine slice must be replaced, even by none
+    earlier = ctx.exists("quarantine") and bool(ctx.this_run("quarantine", dataset=dataset).limit(1).count())
+    if out.rule_counts or earlier:
+        ctx.write(quarantine, "quarantine", {"run_id": ctx.run_id, "dataset": dataset})
         quarantined = quarantine_seen.get
     else:   # nothing to write and nothing to replace: no commit (the table exists for those who query it)
-        tables.create_table(ctx.spark, ctx.warehouse, "quarantine")
+        tables.ensure_table(ctx.spark, ctx.warehouse, "quarantine")
         quarantined = {"serps": 0, "relevance_labels": 0}
     counts = dict(out.counts)
     # a split outside SPLITS is counted nowhere: the reconciliation below fails on it

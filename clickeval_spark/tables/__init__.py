@@ -5,8 +5,8 @@ Every table lives at <warehouse>/<name>. Stages reach them through `StageContext
 names tables and slices, never paths; the names below are that layer's vocabulary.
 """
 
-from clickeval_spark.tables.delta_io import (conform, create_table, exists, last_commit, merge_rows, observed,
-                                             read_table, replace_slice, rows_written, table_path)
+from clickeval_spark.tables.delta_io import (conform, create_table, ensure_table, exists, last_commit, merge_rows,
+                                             observed, read_table, replace_slice, rows_written, table_path)
 from clickeval_spark.tables.predicates import in_window, log_date_predicate, slice_predicate
 from clickeval_spark.tables.retries import (CONCURRENT_MODIFICATION_ERRORS, is_concurrent_modification,
                                             with_conflict_retries)
@@ -19,7 +19,7 @@ __all__ = [
     "CLICK_PREDICTIONS", "CONCURRENT_MODIFICATION_ERRORS", "DISTRIBUTIONAL_METRICS", "GENERATED_SERP_FIELDS",
     "METRICS", "MODEL_PARAMS", "PARTITION_COLUMNS", "QUARANTINE", "RELEVANCE_LABELS", "RELEVANCE_SCORES", "RUNS",
     "SCHEMAS", "SERPS", "SYNTHETIC_SERPS", "WRITTEN_BY",
-    "conform", "create_table", "exists", "in_window", "is_concurrent_modification", "last_commit",
+    "conform", "create_table", "ensure_table", "exists", "in_window", "is_concurrent_modification", "last_commit",
     "log_date_predicate", "merge_rows", "observed", "read_table", "replace_slice", "rows_written",
     "slice_predicate", "table_path", "with_conflict_retries",
 ]

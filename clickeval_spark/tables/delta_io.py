@@ -122,8 +122,13 @@ def merge_rows(df: DataFrame, warehouse: str, name: str, run_id: str, on: Sequen
         (DeltaTable.forPath(spark, path).alias("t").merge(df.alias("s"), condition)
          .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
 
-    with_conflict_retries(lambda: create_table(spark, warehouse, name), f"{name} [create]")
+    ensure_table(spark, warehouse, name)
     with_conflict_retries(merge, f"{name} [{what}]")
+
+
+def ensure_table(spark: SparkSession, warehouse: str, name: str) -> None:
+    """`create_table` with its creation race retried (`with_conflict_retries`): the table is there after it."""
+    with_conflict_retries(lambda: create_table(spark, warehouse, name), f"{name} [create]")
 
 
 def _add_missing_columns(spark: SparkSession, path: str, name: str) -> None:
