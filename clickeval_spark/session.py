@@ -127,6 +127,10 @@ def build_session(
         # for nothing (the 1M serps write: 44.2 MB without it against 44.9 MB, and no slower; benchmarks/RESULTS.md)
         "spark.hadoop.parquet.enable.dictionary#serp_id": "false",
         "spark.hadoop.parquet.enable.dictionary#session_id": "false",
+        # PySpark 4 records the Python call site of every Column function for its error messages' DataFrame
+        # context: four JVM round trips per call, ~0.7 s of driver time to build the text ingest's plan
+        # (benchmarks/RESULTS.md). Errors still name the failed expression and the query.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
         **dict(conf or {}),
     }
     if embedded:

@@ -56,8 +56,9 @@ PARSED_LABELS = T.StructType(_ORIGIN + [
 def to_parsed(df: DataFrame, schema: T.StructType = PARSED_SERPS, keep: Sequence[str] = ()) -> DataFrame:
     """`df` in the layout of `schema`: its columns in order and cast to their types, missing ones null;
     `keep` names reader-specific columns carried after them (e.g. TianGong's file ordinal)."""
+    present = set(df.columns)   # one schema request: `df.columns` asks the JVM each time
     return df.select(
-        *[(F.col(f.name) if f.name in df.columns else F.lit(None)).cast(f.dataType).alias(f.name) for f in schema],
+        *[(F.col(f.name) if f.name in present else F.lit(None)).cast(f.dataType).alias(f.name) for f in schema],
         *keep,
     )
 
