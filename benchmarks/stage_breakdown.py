@@ -7,6 +7,12 @@ Each stage is timed cumulatively, one step more each time, every step ending in 
 sink (the plan runs in full, nothing is written), then the stage itself as the stage runs it
 (its Delta writes into a scratch warehouse): the differences say what each step costs. Each
 step runs twice in one session; the table shows the second (warm) time and the first.
+
+Ingest's last step before the stage is its floor: the same checked rows written by a plain Delta write into
+an empty table, without what the stage adds around it (the day slices' replaceWhere into the existing
+table, the quarantine, the reconciliation and the `runs` row). The single-process reference
+(benchmarks/stage_reference.py) runs twice in the same session, first and last, and each ingest row shows
+its ratio to the reference's warm time (the bound of issue 36: at least 0.4).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from benchmarks import stage_reference as SR
 from clickeval_spark import ingestion
 from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.context import StageContext
@@ -47,7 +54,7 @@ def _twice(label: str, fn, out: list) -> None:
     print(f"{label}: {times[1]:.1f} s (first {times[0]:.1f} s)", flush=True)
 
 
-def ingest_steps(ctx: StageContext, text_cfg, out: list) -> None:
+def ingest_steps(ctx: StageContext, text_cfg, scratch: Path, out: list) -> None:
     icfg = text_cfg.ingest
     parsed = lambda: ingestion.parse_serps(ctx.spark, icfg)  # noqa: E731
     # the reader's Arrow pass is opaque to Spark: selecting fewer of its columns would still run all of it
@@ -61,6 +68,24 @@ def ingest_steps(ctx: StageContext, text_cfg, out: list) -> None:
         o.release()
     _twice("ingest: + rules, splits, persist, per-file counts, sessions spanning file splits (accepted rows)",
            checked, out)
+
+    def written() -> None:
+        shutil.rmtree(scratch, ignore_errors=True)
+        o = ingestion.run_ingest(ctx.spark, icfg, parsed(), None, "breakdown")
+        o.serps.write.format("delta").save(str(scratch))
+        o.release()
+    _twice("ingest: + the accepted rows written to an empty Delta table (the floor: no replaceWhere, quarantine "
+           "or runs row)", written, out)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def ingest_reference(text_cfg, directory: Path, out: list) -> None:
+    """The single-process reference of the ingest (pyarrow + numpy, Parquet out) on the same text file."""
+    icfg = text_cfg.ingest
+    directory.mkdir(parents=True, exist_ok=True)
+    _twice("ingest: single-process reference (pyarrow + numpy, one Parquet file)",
+           lambda: SR.ingest(icfg.paths["all"], directory / "reference.parquet", dataset=icfg.dataset,
+                             max_rank=icfg.max_rank, split_seed=icfg.split.seed, ratios=icfg.split.ratios), out)
 
 
 def predict_steps(ctx: StageContext, out: list) -> None:
@@ -122,7 +147,10 @@ def main(argv=None) -> int:
     scratch = workdir / "breakdown-scratch"
     try:
         ctx = StageContext(spark, cfg, wh, f"bench-{n}")
-        steps = {"ingest": lambda: ingest_steps(ctx, text_cfg, out), "predict": lambda: predict_steps(ctx, out),
+        if "ingest" in stages:
+            ingest_reference(text_cfg, workdir / "breakdown-reference", out)
+        steps = {"ingest": lambda: ingest_steps(ctx, text_cfg, scratch / "floor", out),
+                 "predict": lambda: predict_steps(ctx, out),
                  "evaluate": lambda: evaluate_steps(ctx, out)}
         for stage in stages:
             steps[stage]()
@@ -137,13 +165,19 @@ def main(argv=None) -> int:
         for stage in stages:
             label, stage_ctx = whole[stage]
             _twice(label, lambda: STAGES[stage](stage_ctx), out)
+        if "ingest" in stages:
+            ingest_reference(text_cfg, workdir / "breakdown-reference", out)
     finally:
         spark.stop()
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(workdir / "breakdown-reference", ignore_errors=True)
     print(f"\n`.venv/bin/python -m benchmarks.stage_breakdown --size {n}`, {n:,} SERPs:\n")
-    print("| step (cumulative) | s (second run) | s (first run) |\n|---|---|---|")
+    # the reference's warm time, the better of its two pairs of runs (first and last in the session)
+    reference = min((warm for label, warm, _ in out if "reference" in label), default=None)
+    print("| step (cumulative) | s (second run) | s (first run) | reference / step |\n|---|---|---|---|")
     for label, warm, first in out:
-        print(f"| {label} | {warm:.1f} | {first:.1f} |")
+        ratio = f"{reference / warm:.3f}" if reference and label.startswith("ingest") and "reference" not in label else ""
+        print(f"| {label} | {warm:.1f} | {first:.1f} | {ratio} |")
     return 0
 
 
