@@ -36,7 +36,7 @@ from clickeval_spark.fitted.model import load_fitted
 from clickeval_spark.fitted.params_io import wide_qd_rows
 from clickeval_spark.fitted.predict import predict_models
 from clickeval_spark.runtime import session_for
-from clickeval_spark.sources.files import numbered_lines
+from clickeval_spark.sources.files import split_lines
 from clickeval_spark.stages import STAGES
 
 
@@ -58,9 +58,9 @@ def ingest_steps(ctx: StageContext, text_cfg, scratch: Path, out: list) -> None:
     icfg = text_cfg.ingest
     parsed = lambda: ingestion.parse_serps(ctx.spark, icfg)  # noqa: E731
     # the reader's Arrow pass is opaque to Spark: selecting fewer of its columns would still run all of it
-    _twice("ingest: read and number the lines (text -> raw rows)",
-           lambda: _noop(numbered_lines(ctx.spark, icfg.paths["all"])), out)
-    _twice("ingest: + parse the fields and lists, number sessions within file splits", lambda: _noop(parsed()), out)
+    _twice("ingest: read the lines (text -> raw rows)", lambda: _noop(split_lines(ctx.spark, icfg.paths["all"])), out)
+    _twice("ingest: + parse the fields and lists, number lines and sessions within file splits",
+           lambda: _noop(parsed()), out)
 
     def checked() -> None:
         o = ingestion.run_ingest(ctx.spark, icfg, parsed(), None, "breakdown")

@@ -18,7 +18,7 @@ from clickeval_spark.session import cache_level
 from clickeval_spark.sources import canonical, per_query_text, tiangong, yandex
 from clickeval_spark.sources.files import input_files, same_file, shown
 from clickeval_spark.splits import assign_splits
-from clickeval_spark.validation import accepted_serps, check_labels, check_serps
+from clickeval_spark.validation import accepted_serps, check_labels, check_serps, quarantine_rows
 
 
 @dataclass(frozen=True)
@@ -164,21 +164,23 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
     holds no record, fails the job with an InputError naming it.
     """
     parsed = assign_splits(with_log_date(serps_parsed, cfg.log_date), cfg.split)
-    checked = check_serps(parsed, max_rank=cfg.max_rank, keep=cache_level(spark),
-                          numbered_ids=cfg.format == "per_query_text")
+    numbered_by_reader = cfg.format == "per_query_text"   # lines and positions counted within file splits
+    checked = check_serps(parsed, max_rank=cfg.max_rank, keep=cache_level(spark), numbered_ids=numbered_by_reader)
     accepted, kept = checked.accepted, [checked.ruled]
     quarantine = checked.quarantined
     with reading_inputs():
         # one job fills the cache and counts what the checks need (records per file, per rule, the days)
-        tally = _tally(checked.ruled, day="log_date")
+        tally = _tally(checked.ruled, day="log_date", per_split=numbered_by_reader)
         per_source = _per_source(tally)
         if cfg.format in SERP_RECORDS:
             require_records(spark, list(cfg.paths.values()), per_source, SERP_RECORDS[cfg.format])
         # the days this ingest replaces: a handful of values (one per day of the input), never per-SERP data
         log_dates = tuple(sorted({r["day"] for r in tally if r["rule"] is None},
                                  key=lambda d: (d is None, d or date.min))) or (cfg.log_date,)
-        if cfg.format == "per_query_text":   # the reader numbered each session's records within file splits
+        if numbered_by_reader:
             accepted = accepted_serps(per_query_text.settled_positions(checked.ruled))
+            quarantine = quarantine_rows(per_query_text.settled_lines(checked.ruled.where(F.col("rule").isNotNull()),
+                                                                      _per_split(tally)), "serps")
     serps = accepted.withColumn("ingest_run_id", F.lit(run_id))
     counts = {"serps_read": sum(per_source.values())}
     rule_counts = _per_rule(tally, "serps")
@@ -207,11 +209,12 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
                         kept=tuple(kept) if labels_parsed is None else (*kept, labels_parsed))
 
 
-def _tally(ruled: DataFrame, day: str | None = None) -> list[Row]:
-    """Records per (source file, rule broken: null for accepted, the accepted record's `day`): a few rows per
-    input file and rule, never per-record data."""
+def _tally(ruled: DataFrame, day: str | None = None, per_split: bool = False) -> list[Row]:
+    """Records per (source file, rule broken: null for accepted, the accepted record's `day`), and per file
+    split (`block_start`) with `per_split`: a few rows per input file (or split) and rule, never per-record
+    data."""
     accepted_day = F.when(F.col("rule").isNull(), F.col(day)) if day else F.lit(None)
-    return (ruled.groupBy("source", "rule", accepted_day.alias("day"))
+    return (ruled.groupBy("source", *(["block_start"] if per_split else []), "rule", accepted_day.alias("day"))
             .agg(F.count(F.lit(1)).alias("n")).collect())
 
 
@@ -220,6 +223,14 @@ def _per_source(tally: list[Row]) -> dict[str, int]:
     for r in tally:
         per_source[r["source"]] = per_source.get(r["source"], 0) + r["n"]
     return per_source
+
+
+def _per_split(tally: list[Row]) -> dict[tuple[str, int], int]:
+    """{(source, block_start): records} of a `_tally(per_split=True)`."""
+    per_split: dict[tuple[str, int], int] = {}
+    for r in tally:
+        per_split[(r["source"], r["block_start"])] = per_split.get((r["source"], r["block_start"]), 0) + r["n"]
+    return per_split
 
 
 def _per_rule(tally: list[Row], target: str) -> dict[tuple[str, str], int]:

@@ -117,7 +117,7 @@ def check_serps(parsed: DataFrame, *, max_rank: int, keep: StorageLevel | None =
     ruled = ruled.withColumn("raw", F.when(F.col("rule").isNotNull(), F.col("raw")))
     if keep is not None:
         ruled = ruled.persist(keep)
-    return Checked(accepted_serps(ruled), _quarantine_rows(ruled, "serps"), ruled=ruled)
+    return Checked(accepted_serps(ruled), quarantine_rows(ruled, "serps"), ruled=ruled)
 
 
 def accepted_serps(ruled: DataFrame) -> DataFrame:
@@ -164,7 +164,7 @@ def check_labels(parsed: DataFrame) -> Checked:
             "session_id",
         )
     )
-    return Checked(accepted, _quarantine_rows(ruled, "relevance_labels"), ruled=ruled)
+    return Checked(accepted, quarantine_rows(ruled, "relevance_labels"), ruled=ruled)
 
 
 def _flag_duplicates(ruled: DataFrame, key: str, code: str, what: Column) -> DataFrame:
@@ -185,8 +185,9 @@ def _flag_duplicates(ruled: DataFrame, key: str, code: str, what: Column) -> Dat
     )
 
 
-def _quarantine_rows(ruled: DataFrame, target: str) -> DataFrame:
-    """Reasons and locators quote input (click lists, ids, XML attributes): they are cut like the raw text."""
+def quarantine_rows(ruled: DataFrame, target: str) -> DataFrame:
+    """The quarantine table's rows of the ruled records that broke a rule (`Checked.quarantined`). Reasons and
+    locators quote input (click lists, ids, XML attributes): they are cut like the raw text."""
     return ruled.where(F.col("rule").isNotNull()).select(
         "dataset",
         F.lit(target).alias("target"),

@@ -66,22 +66,29 @@ def shown(uri: str) -> str:
     return path if scheme == "file" and not netloc else uri
 
 
+def split_lines(spark: SparkSession, path: str) -> DataFrame:
+    """Lines of text file(s) as Spark reads them: source, block_start (where the file split holding the line
+    starts: one task reads a split's lines in file order) and raw. Not numbered: `numbered_lines` numbers
+    them with a pass of its own over the input; a reader that counts each split's lines as it parses them
+    (per_query_text) settles the numbers from its counts instead, and reads the input once."""
+    ensure_readable(spark, path)
+    return spark.read.text(path).select(
+        F.col("value").alias("raw"),
+        F.col("_metadata.file_path").alias("source"),
+        F.col("_metadata.file_block_start").alias("block_start"),
+    )
+
+
 def numbered_lines(spark: SparkSession, path: str) -> DataFrame:
-    """Lines of text file(s) with their 1-based line number: source, line, raw, and block_start (where the
-    file split holding the line starts: one task reads a split's lines in file order).
+    """Lines of text file(s) with their 1-based line number: source, line, raw, and block_start
+    (`split_lines`).
 
     Line numbers are computed without a Python pass over the data: Spark's hidden
     `_metadata` tells which file block each row came from, monotonically increasing
     ids are consecutive within a block, and only the per-block line counts (one row
     per input split, not per record) are combined with a small window.
     """
-    ensure_readable(spark, path)
-    rows = spark.read.text(path).select(
-        F.col("value").alias("raw"),
-        F.col("_metadata.file_path").alias("source"),
-        F.col("_metadata.file_block_start").alias("block_start"),
-        F.monotonically_increasing_id().alias("row_id"),
-    )
+    rows = split_lines(spark, path).withColumn("row_id", F.monotonically_increasing_id())
     blocks = (
         rows.groupBy("source", "block_start")
         .agg(F.count(F.lit(1)).alias("n"), F.min("row_id").alias("first_row_id"))

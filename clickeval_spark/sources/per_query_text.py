@@ -11,18 +11,21 @@ number of fields. A SERP's id is "<session id>-<position in session>", its
 position counted in file order.
 
 One Arrow pass per file split (`text_batches`) splits the fields, decodes the lists written in the plain
-form and numbers each session's records within the split, so the raw text is never shuffled;
-`settled_positions` then adds the records of earlier splits, for the few sessions that span splits.
+form and numbers each session's records and the lines within the split, so the raw text is never shuffled
+and the SERP log is read once; `settled_positions` then adds the records of earlier splits, for the few
+sessions that span splits, and `settled_lines` the lines of earlier splits, for the quarantined records.
 """
 
 from __future__ import annotations
+
+from typing import Mapping
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.sources.parsed import to_parsed, to_parsed_labels
-from clickeval_spark.sources.files import NOT_UTF8, numbered_lines, strip
+from clickeval_spark.sources.files import NOT_UTF8, numbered_lines, split_lines, strip
 from clickeval_spark.sources.text_batches import parse_batches
 
 # number of fields -> index of the docs field, per variant; labels have one more field
@@ -51,8 +54,9 @@ def _json_list(field: Column, element_type: str) -> Column:
 
 
 def _parse(lines: DataFrame, dataset: str, variant: str, extra: int) -> DataFrame:
-    """Fields, lists and positions within the file split (`text_batches.parse_batches`, one Arrow pass);
-    list fields outside the plain form are decoded here by Spark's JSON parser."""
+    """Fields, lists, positions and line numbers within the file split (`text_batches.parse_batches`, one
+    Arrow pass) of `lines` (source, line, block_start, raw; line may be null); list fields outside the plain
+    form are decoded here by Spark's JSON parser."""
     layouts, expected = _layouts(variant, extra)
     lists = [("doc_ids", "string"), ("vtypes", "string"), ("clicks", "int")] + ([("relevances", "string")] if extra else [])
     utf8 = F.is_valid_utf8("raw")
@@ -69,7 +73,7 @@ def _parse(lines: DataFrame, dataset: str, variant: str, extra: int) -> DataFram
         F.lit(dataset).alias("dataset"), "session_id", "query_id", "n_fields", "docs_at",
         *[F.when(F.col(f"{name}_text").isNotNull(), _json_list(F.col(f"{name}_text"), kind))
           .otherwise(F.col(name)).alias(name) for name, kind in lists],
-        F.col("local_pos").alias("serp_pos"),
+        F.col("local_pos").alias("serp_pos"), "block_line",
     )
     bad_list = F.lit(None).cast("string")
     for name, _ in reversed(lists):
@@ -95,7 +99,8 @@ def _batch_schema(lists: list[tuple[str, str]]) -> T.StructType:
               ("query_id", T.StringType()), ("n_fields", T.IntegerType()), ("docs_at", T.IntegerType())]
     for name, kind in lists:
         fields += [(name, T.ArrayType(T.IntegerType() if kind == "int" else T.StringType())), (f"{name}_text", T.StringType())]
-    return T.StructType([T.StructField(name, dtype) for name, dtype in fields + [("local_pos", T.IntegerType())]])
+    fields += [("local_pos", T.IntegerType()), ("block_line", T.LongType())]
+    return T.StructType([T.StructField(name, dtype) for name, dtype in fields])
 
 
 def _serp_id(pos: Column) -> Column:
@@ -105,7 +110,7 @@ def _serp_id(pos: Column) -> Column:
 def _with_serp_ids(parsed: DataFrame) -> DataFrame:
     """serp_id '<session>-<position>': the position is the digits after the last dash, so two records never
     share one (`ingestion` skips the duplicates' window for this reader)."""
-    order_in_session = Window.partitionBy("session_id").orderBy("source", "line")
+    order_in_session = Window.partitionBy("session_id").orderBy("source", "block_start", "block_line")
     return (
         parsed.withColumn("serp_pos", F.row_number().over(order_in_session))
         .withColumn("serp_id", _serp_id(F.col("serp_pos")))
@@ -113,12 +118,13 @@ def _with_serp_ids(parsed: DataFrame) -> DataFrame:
 
 
 def read_serps(spark: SparkSession, paths: dict[str, str], dataset: str, variant: str) -> DataFrame:
-    """Parsed SERP records (sources.parsed.PARSED_SERPS) and their file split's `block_start`; split from the
-    path's key, or null for 'all'. serp_pos counts within the record's file split only: `settled_positions`
-    makes it the position in the session (after the records are checked and kept)."""
+    """Parsed SERP records (sources.parsed.PARSED_SERPS) with their file split (`block_start`) and their line
+    in it (`block_line`); split from the path's key, or null for 'all'. serp_pos counts within the record's
+    file split only: `settled_positions` makes it the position in the session (after the records are checked
+    and kept). `line` is null: `settled_lines` numbers the records that need it (the quarantined)."""
     frames = []
     for split, path in paths.items():
-        lines = numbered_lines(spark, path)
+        lines = split_lines(spark, path).withColumn("line", F.lit(None).cast("long"))
         frames.append(
             _parse(lines, dataset, variant, extra=0)
             .withColumn("split", F.lit(None if split == "all" else split).cast("string"))
@@ -126,7 +132,7 @@ def read_serps(spark: SparkSession, paths: dict[str, str], dataset: str, variant
     parsed = frames[0]
     for frame in frames[1:]:
         parsed = parsed.unionByName(frame)
-    return to_parsed(parsed.withColumn("serp_id", _serp_id(F.col("serp_pos"))), keep=["block_start"])
+    return to_parsed(parsed.withColumn("serp_id", _serp_id(F.col("serp_pos"))), keep=["block_start", "block_line"])
 
 
 # sessions whose records lie in more than one file split, up to which their offsets are joined from the driver;
@@ -159,6 +165,26 @@ def settled_positions(records: DataFrame, spanning_max: int = SPANNING_BROADCAST
     settled = records.join(F.broadcast(offsets), on=["session_id", "source", "block_start"], how="left")
     pos = (F.col("serp_pos") + F.coalesce(F.col("offset"), F.lit(0))).cast("int")
     return settled.withColumn("serp_pos", pos).withColumn("serp_id", _serp_id(F.col("serp_pos"))).drop("offset")
+
+
+_LINE_OFFSETS = T.StructType([T.StructField("source", T.StringType()), T.StructField("block_start", T.LongType()),
+                              T.StructField("lines_before", T.LongType())])
+
+
+def settled_lines(records: DataFrame, lines_per_split: Mapping[tuple[str, int], int]) -> DataFrame:
+    """`read_serps`' records (any later frame of them with source, block_start, block_line) with `line`, the
+    record's line number in its file: the lines of the file's earlier splits plus its line in its split.
+
+    `lines_per_split`: {(source, block_start): lines}, every file split's line count, which is its count of
+    records (each line is one); the ingest's tally gives it, so the input is not read again to count lines.
+    One row per file split is broadcast, and only to the records given (the ingest gives the quarantined)."""
+    rows, before = [], {}
+    for (source, block_start), n in sorted(lines_per_split.items()):
+        rows.append((source, block_start, before.get(source, 0)))
+        before[source] = before.get(source, 0) + n
+    offsets = records.sparkSession.createDataFrame(rows, _LINE_OFFSETS)
+    return (records.join(F.broadcast(offsets), on=["source", "block_start"], how="left")
+            .withColumn("line", F.col("lines_before") + F.col("block_line")).drop("lines_before"))
 
 
 def read_labels(spark: SparkSession, path: str, dataset: str, variant: str) -> DataFrame:

@@ -13,6 +13,8 @@ what is quarantined, does not depend on which path a field took.
 Positions: the records of one file split reach one task in file order, so a session's n-th record in the
 split is found by a stable sort of session codes, with each session's count carried across the batches of
 the split. `per_query_text.settled_positions` adds the records of the same session in earlier splits.
+Lines are counted within the split the same way; `per_query_text.settled_lines` adds the lines of the
+file's earlier splits.
 """
 
 from __future__ import annotations
@@ -77,16 +79,21 @@ class _Fields:
 
 
 class _SplitPositions:
-    """Each session's running count of records within the current file split (source, block start)."""
+    """Within the current file split (source, block start): the lines seen and each session's running count
+    of records."""
 
     def __init__(self) -> None:
         self.split: tuple | None = None
+        self.lines = 0
         self.seen: dict[str, int] = {}
 
-    def number(self, split: tuple, sessions: pa.Array) -> np.ndarray:
-        """1-based positions of `sessions` (records of one split, in file order) after those already seen."""
+    def number(self, split: tuple, sessions: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """1-based line numbers within the split and positions in their session of `sessions` (the next
+        records of one split, in file order), after those already seen."""
         if split != self.split:
-            self.split, self.seen = split, {}
+            self.split, self.lines, self.seen = split, 0, {}
+        lines = np.arange(self.lines + 1, self.lines + len(sessions) + 1, dtype=np.int64)
+        self.lines += len(sessions)
         encoded = pc.dictionary_encode(sessions)
         codes = encoded.indices.to_numpy(zero_copy_only=False)
         order = np.argsort(codes, kind="stable")
@@ -100,7 +107,7 @@ class _SplitPositions:
             self.seen[key] = self.seen.get(key, 0) + n
         positions = np.empty(len(codes), dtype=np.int64)
         positions[order] = in_run + 1
-        return positions + earlier[codes]
+        return lines, positions + earlier[codes]
 
 
 def parse_batches(batches: Iterator[pa.RecordBatch], layouts: list[tuple[int, int]], list_fields: list[tuple[str, bool]]
@@ -111,7 +118,8 @@ def parse_batches(batches: Iterator[pa.RecordBatch], layouts: list[tuple[int, in
     first field, given for lines that are not valid UTF-8 only). layouts: (number of fields, index of the
     docs field) allowed. list_fields: (name, integers?) in field order from the docs field.
     Out: source, line, block_start, raw, utf8, session_id, query_id, n_fields, docs_at, then per list field
-    its decoded list (null unless plain) and its text (null when plain or absent), then local_pos.
+    its decoded list (null unless plain) and its text (null when plain or absent), then local_pos (the
+    record's position in its session within the split) and block_line (its line number within the split).
     """
     positions = _SplitPositions()
     for batch in batches:
@@ -130,14 +138,15 @@ def parse_batches(batches: Iterator[pa.RecordBatch], layouts: list[tuple[int, in
             lists.append(_decoded(field, plain, ints))
             texts.append(pc.if_else(plain, pa.scalar(None, pa.string()), field))
         split = batch.column("source").to_numpy(zero_copy_only=False), batch.column("block_start").to_numpy()
-        local = np.empty(len(n), dtype=np.int64)
+        local, block_line = np.empty(len(n), dtype=np.int64), np.empty(len(n), dtype=np.int64)
         starts = np.flatnonzero(np.r_[True, (split[0][1:] != split[0][:-1]) | (split[1][1:] != split[1][:-1])])
         for lo, hi in zip(starts, np.r_[starts[1:], len(n)]):
-            local[lo:hi] = positions.number((split[0][lo], split[1][lo]), session.slice(lo, hi - lo))
+            block_line[lo:hi], local[lo:hi] = positions.number((split[0][lo], split[1][lo]), session.slice(lo, hi - lo))
         names = ["source", "line", "block_start", "raw", "utf8", "session_id", "query_id", "n_fields", "docs_at"]
         arrays = [batch.column(c) for c in names[:5]] + [session, query, pa.array(n, pa.int32()),
                                                          pa.array(docs_at, mask=docs_at < 0)]
         for (name, _), decoded, field_text in zip(list_fields, lists, texts):
             names += [name, f"{name}_text"]
             arrays += [decoded, field_text]
-        yield pa.RecordBatch.from_arrays(arrays + [pa.array(local, pa.int32())], names=names + ["local_pos"])
+        yield pa.RecordBatch.from_arrays(arrays + [pa.array(local, pa.int32()), pa.array(block_line, pa.int64())],
+                                         names=names + ["local_pos", "block_line"])
