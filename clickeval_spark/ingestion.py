@@ -7,7 +7,8 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date
-from typing import Iterator
+from operator import itemgetter
+from typing import Callable, Hashable, Iterator
 
 from pyspark.sql import DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
@@ -171,7 +172,7 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
     with reading_inputs():
         # one job fills the cache and counts what the checks need (records per file, per rule, the days)
         tally = _tally(checked.ruled, day="log_date", per_split=numbered_by_reader)
-        per_source = _per_source(tally)
+        per_source = _summed(tally, itemgetter("source"))
         if cfg.format in SERP_RECORDS:
             require_records(spark, list(cfg.paths.values()), per_source, SERP_RECORDS[cfg.format])
         # the days this ingest replaces: a handful of values (one per day of the input), never per-SERP data
@@ -179,8 +180,9 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
                                  key=lambda d: (d is None, d or date.min))) or (cfg.log_date,)
         if numbered_by_reader:
             accepted = accepted_serps(per_query_text.settled_positions(checked.ruled))
-            quarantine = quarantine_rows(per_query_text.settled_lines(checked.ruled.where(F.col("rule").isNotNull()),
-                                                                      _per_split(tally)), "serps")
+            lines_per_split = _summed(tally, itemgetter("source", "block_start"))
+            quarantined = checked.ruled.where(F.col("rule").isNotNull())
+            quarantine = quarantine_rows(per_query_text.settled_lines(quarantined, lines_per_split), "serps")
     serps = accepted.withColumn("ingest_run_id", F.lit(run_id))
     counts = {"serps_read": sum(per_source.values())}
     rule_counts = _per_rule(tally, "serps")
@@ -195,7 +197,7 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
         quarantine = quarantine.unionByName(label_check.quarantined)
         with reading_inputs():
             tally = _tally(label_check.ruled)
-            per_source = _per_source(tally)
+            per_source = _summed(tally, itemgetter("source"))
             if cfg.format in LABEL_RECORDS:
                 require_records(spark, [cfg.labels], per_source, LABEL_RECORDS[cfg.format])
             counts["labels_read"] = sum(per_source.values())
@@ -218,28 +220,20 @@ def _tally(ruled: DataFrame, day: str | None = None, per_split: bool = False) ->
             .agg(F.count(F.lit(1)).alias("n")).collect())
 
 
-def _per_source(tally: list[Row]) -> dict[str, int]:
-    per_source: dict[str, int] = {}
+def _summed(tally: list[Row], key: Callable[[Row], Hashable | None]) -> dict:
+    """The tally's record counts summed by `key` of each row (per file, per file split, per rule); rows whose
+    key is None are left out."""
+    sums: dict = {}
     for r in tally:
-        per_source[r["source"]] = per_source.get(r["source"], 0) + r["n"]
-    return per_source
-
-
-def _per_split(tally: list[Row]) -> dict[tuple[str, int], int]:
-    """{(source, block_start): records} of a `_tally(per_split=True)`."""
-    per_split: dict[tuple[str, int], int] = {}
-    for r in tally:
-        per_split[(r["source"], r["block_start"])] = per_split.get((r["source"], r["block_start"]), 0) + r["n"]
-    return per_split
+        k = key(r)
+        if k is not None:
+            sums[k] = sums.get(k, 0) + r["n"]
+    return sums
 
 
 def _per_rule(tally: list[Row], target: str) -> dict[tuple[str, str], int]:
     """{(target, rule): records quarantined} (`quarantine_check`'s counts)."""
-    per_rule: dict[tuple[str, str], int] = {}
-    for r in tally:
-        if r["rule"] is not None:
-            per_rule[(target, r["rule"])] = per_rule.get((target, r["rule"]), 0) + r["n"]
-    return per_rule
+    return _summed(tally, lambda r: None if r["rule"] is None else (target, r["rule"]))
 
 
 def with_log_date(records: DataFrame, log_date: date | None) -> DataFrame:
