@@ -1,7 +1,6 @@
 """All ten models fit, predict and sample on the real TREC Session 2014 sample, through the Delta stages."""
 
 import json
-from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
@@ -21,10 +20,10 @@ from clickeval_spark.metrics.click_prediction import by_rank, log_likelihood_by_
 from clickeval_spark import tables
 from clickeval_spark.tables import read_table
 from examples.external_model import fit_and_write
+from tests.data import TREC_SAMPLE
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "trec-session-2014-demo"
-pytestmark = [pytest.mark.skipif(not DATA.exists(), reason="../shared/data is not beside the checkout"),
-              pytest.mark.slow]
+DATA = TREC_SAMPLE
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

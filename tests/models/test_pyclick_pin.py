@@ -32,10 +32,9 @@ from clickeval_spark.fitted.predict import predict_models
 from clickeval_spark.models.priors import model_prior
 from clickeval_spark.em.blocks import pack_serps
 from clickeval_spark.em.driver import fit
-from tests.test_stages_trec import DATA
+from tests.data import TREC_SAMPLE as DATA
 
-pytestmark = [pytest.mark.skipif(not DATA.exists(), reason="../shared/data is not beside the checkout"),
-              pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 #: PyClick's test LL on this sample, per model
 PYCLICK_TEST_LL = {

@@ -1,6 +1,5 @@
-"""The real TREC Session 2014 sample (../shared/data), ingested end to end into Delta and queried with SQL."""
+"""The real TREC Session 2014 sample (data/trec-session-2014-demo), ingested end to end into Delta and queried with SQL."""
 
-from pathlib import Path
 
 import pytest
 
@@ -9,12 +8,12 @@ from clickeval_spark.catalog import register_temp_views
 from clickeval_spark.context import StageContext
 from clickeval_spark.stages import STAGES
 from clickeval_spark.config import AppConfig
+from tests.data import TREC_SAMPLE
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "trec-session-2014-demo"
+DATA = TREC_SAMPLE
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not DATA.exists(), reason="../shared/data is not beside the checkout")
 def test_trec_sample_counts_and_sql(spark, warehouse):
     cfg = AppConfig(ingest=IngestConfig(
         dataset="trec2014", format="per_query_text", text_variant="graphcm",
