@@ -109,6 +109,8 @@ def dag_overridden(airflow_python, tmp_path_factory) -> dict:
         AIRFLOW_VAR_CLICKEVAL_PACKAGES="io.delta:delta-spark_2.13:4.0.2",
         AIRFLOW_VAR_CLICKEVAL_SPARK_CONN_ID="spark_search",
         AIRFLOW_VAR_CLICKEVAL_WINDOW_DAYS="3",
+        AIRFLOW_VAR_CLICKEVAL_DEPLOY_MODE="client",
+        AIRFLOW_VAR_CLICKEVAL_DRIVER_PYTHON="/opt/clickeval/dist/clickeval.pex",
         AIRFLOW_CONN_SPARK_SEARCH=json.dumps({"conn_type": "spark", "host": "yarn", "extra": {"queue": "search"}}),
     )
 
@@ -135,7 +137,7 @@ def test_one_spark_submit_task_per_stage_in_stage_order(dag_defaults):
     assert tuple(dag_defaults["serialized"]["task_ids"]) == STAGES
     for fields in dag_defaults["serialized"]["template_fields"].values():
         assert {"application", "application_args", "py_files", "files", "packages", "conf",
-                "_archives", "_conn_id"} <= set(fields)
+                "_conn_id", "_deploy_mode"} <= set(fields)
 
 
 def test_dag_stages_are_the_package_stages_in_order():
@@ -152,19 +154,22 @@ def test_operator_arguments_as_written(dag_defaults):
     """The templates themselves: the run id from the logical date, settings from Variables."""
     artefacts = f"{{{{ var.value.get('clickeval_artefacts', '{DEFAULT_ARTEFACTS}') }}}}"
     conf_name = "{{ var.value.get('clickeval_conf', 'cluster.yaml') }}"
+    job_conf = ("{% if var.value.get('clickeval_deploy_mode', 'cluster') == 'cluster' %}"
+                f"{conf_name}{{% else %}}{artefacts}/conf/{conf_name}{{% endif %}}")
     for stage in STAGES:
         attrs = dag_defaults["tasks"][stage]["attrs"]
         assert attrs == {
             "application": f"{artefacts}/jobs/{stage}.py",
-            "application_args": ["--conf", conf_name, "--run-id", "daily-{{ ds_nodash }}",
+            "application_args": ["--conf", job_conf, "--run-id", "daily-{{ ds_nodash }}",
                                  *_day_args(stage, "{{ ds }}", WINDOW_START)],
             "py_files": f"{artefacts}/clickeval_spark.zip",
-            "archives": f"{artefacts}/clickeval_venv.tar.gz#environment",
-            "files": f"{artefacts}/conf/{conf_name}",
+            "archives": None,
+            "files": f"{artefacts}/clickeval.pex,{artefacts}/conf/{conf_name}",
             "packages": f"{{{{ var.value.get('clickeval_packages', '{DELTA}') }}}}",
-            "conf": {"spark.pyspark.python": "./environment/bin/python"},
+            "conf": {"spark.pyspark.python": "./clickeval.pex",
+                     "spark.pyspark.driver.python": "{{ var.value.get('clickeval_driver_python', './clickeval.pex') }}"},
             "conn_id": "{{ var.value.get('clickeval_spark_conn_id', 'spark_default') }}",
-            "deploy_mode": "cluster",
+            "deploy_mode": "{{ var.value.get('clickeval_deploy_mode', 'cluster') }}",
             "name": f"clickeval-{stage}-{{{{ ds_nodash }}}}",
         }
 
@@ -177,10 +182,10 @@ def test_rendered_arguments_with_default_variables(dag_defaults):
             "application_args": ["--conf", "cluster.yaml", "--run-id", RUN_ID,
                                  *_day_args(stage, LOGICAL_DATE, "2026-11-22")],
             "py_files": f"{DEFAULT_ARTEFACTS}/clickeval_spark.zip",
-            "archives": f"{DEFAULT_ARTEFACTS}/clickeval_venv.tar.gz#environment",
-            "files": f"{DEFAULT_ARTEFACTS}/conf/cluster.yaml",
+            "archives": None,
+            "files": f"{DEFAULT_ARTEFACTS}/clickeval.pex,{DEFAULT_ARTEFACTS}/conf/cluster.yaml",
             "packages": DELTA,
-            "conf": {"spark.pyspark.python": "./environment/bin/python"},
+            "conf": {"spark.pyspark.python": "./clickeval.pex", "spark.pyspark.driver.python": "./clickeval.pex"},
             "conn_id": "spark_default",
             "deploy_mode": "cluster",
             "name": f"clickeval-{stage}-20261128",
@@ -191,10 +196,10 @@ def test_spark_submit_command_with_default_variables(dag_defaults):
     for stage in STAGES:
         assert dag_defaults["tasks"][stage]["spark_submit"] == [
             "spark-submit", "--master", "yarn",
-            "--conf", "spark.pyspark.python=./environment/bin/python",
-            "--files", f"{DEFAULT_ARTEFACTS}/conf/cluster.yaml",
+            "--conf", "spark.pyspark.python=./clickeval.pex",
+            "--conf", "spark.pyspark.driver.python=./clickeval.pex",
+            "--files", f"{DEFAULT_ARTEFACTS}/clickeval.pex,{DEFAULT_ARTEFACTS}/conf/cluster.yaml",
             "--py-files", f"{DEFAULT_ARTEFACTS}/clickeval_spark.zip",
-            "--archives", f"{DEFAULT_ARTEFACTS}/clickeval_venv.tar.gz#environment",
             "--packages", DELTA,
             "--name", f"clickeval-{stage}-20261128",
             "--deploy-mode", "cluster",
@@ -211,16 +216,17 @@ def test_variables_override_every_setting(dag_overridden):
         assert task["rendered"]["conn_id"] == "spark_search"
         assert task["spark_submit"] == [
             "spark-submit", "--master", "yarn",
-            "--conf", "spark.pyspark.python=./environment/bin/python",
-            "--files", f"{art}/conf/prod.yaml",
+            "--conf", "spark.pyspark.python=./clickeval.pex",
+            "--conf", "spark.pyspark.driver.python=/opt/clickeval/dist/clickeval.pex",
+            "--files", f"{art}/clickeval.pex,{art}/conf/prod.yaml",
             "--py-files", f"{art}/clickeval_spark.zip",
-            "--archives", f"{art}/clickeval_venv.tar.gz#environment",
             "--packages", "io.delta:delta-spark_2.13:4.0.2",
             "--name", f"clickeval-{stage}-20261128",
             "--queue", "search",
-            "--deploy-mode", "cluster",
+            "--deploy-mode", "client",
             f"{art}/jobs/{stage}.py",
-            "--conf", "prod.yaml", "--run-id", RUN_ID,
+            # client mode: the driver reads the config from the artefacts, not from its --files
+            "--conf", f"{art}/conf/prod.yaml", "--run-id", RUN_ID,
             # clickeval_window_days = 3: the window is the logical date and the two days before it
             *_day_args(stage, LOGICAL_DATE, "2026-11-26"),
         ]
