@@ -19,10 +19,10 @@ from pyspark.errors import PySparkException
 from pyspark.logger import PySparkLogger
 
 from clickeval_spark import tables
-from clickeval_spark.catalog import BY_RANK_VIEW, namespace
+from clickeval_spark.catalog import BY_RANK_VIEW, namespace, with_time_travel
 from clickeval_spark.context import StageContext
 from clickeval_spark.errors import ClickevalError
-from clickeval_spark.readonly import not_read_only
+from clickeval_spark.readonly import PATH_READ, not_read_only
 from clickeval_spark.runtime import (DEFAULT_CONF, check_local_inputs, load, log_file_for, session_for,
                                     warehouse_root)
 from clickeval_spark.stages import STAGES, run_pipeline, stages_from
@@ -42,9 +42,9 @@ def list_tables(ctx: StageContext, args: argparse.Namespace) -> None:
 
 
 def run_sql(ctx: StageContext, args: argparse.Namespace) -> None:
-    """`clickeval sql "<query>"`: Spark SQL with every result table available by its name. Read-only unless
-    --allow-writes: a query or a SHOW / DESCRIBE / EXPLAIN, calling Spark's built-in functions only, without
-    Java reflection (readonly.py)."""
+    """`clickeval sql "<query>"`: Spark SQL with every result table available by its name, time travel included.
+    Read-only unless --allow-writes: a query or a SHOW / DESCRIBE / EXPLAIN of tables by name, calling Spark's
+    built-in functions only, without Java reflection (readonly.py)."""
     # the names first: the read-only check analyses the statement, which resolves them. With a catalog they
     # resolve through it (its database the current one; the stages registered them, and an analyst may hold
     # read grants only); without, as temp views of the warehouse's tables
@@ -60,19 +60,40 @@ def run_sql(ctx: StageContext, args: argparse.Namespace) -> None:
         for name in registered:   # a temp view of the same name (an earlier call in this session) would shadow it
             ctx.spark.catalog.dropTempView(name)
         ctx.spark.sql("USE IDENTIFIER(:database)", args={"database": database})
-    if not args.allow_writes:
-        kind = not_read_only(ctx.spark, args.query)
-        if kind and kind.startswith("call to"):
-            raise ClickevalError(f"refused: the query makes a {kind}; clickeval sql runs only Spark's built-in "
-                                 "functions, without Java reflection, unless --allow-writes is given")
-        if kind:
-            raise ClickevalError(f"refused: the statement is a {kind}, not a query; clickeval sql runs only "
-                                 "SELECT, WITH, VALUES, SHOW, DESCRIBE and EXPLAIN unless --allow-writes is given")
+    check = None if args.allow_writes else (lambda statement: _check_read_only(ctx, statement))
+    # Spark's own switch: no `<format>.`<path>`` read as files, whatever the check sees (a view's definition);
+    # put back after, for a session that goes on (a notebook, the tests)
+    files_conf = "spark.sql.runSQLOnFiles"
+    files_before = ctx.spark.conf.get(files_conf)
+    if check:
+        ctx.spark.conf.set(files_conf, "false")
     try:
-        ctx.spark.sql(args.query).show(n=args.limit, truncate=False)
+        statement = args.query
+        if check:
+            check(statement)
+        # time travel on the temp views: a temp view of that version in the relation's place, checked again
+        travelled = with_time_travel(ctx.spark, ctx.warehouse, statement, check)
+        if check and travelled != statement:
+            check(travelled)
+        ctx.spark.sql(travelled).show(n=args.limit, truncate=False)
     except PySparkException as exc:
         first = str(exc).strip().splitlines()[0]
         raise ClickevalError(f"query failed: {first} (tables: {', '.join(registered) or 'none yet'})") from None
+    finally:
+        ctx.spark.conf.set(files_conf, files_before)
+
+
+def _check_read_only(ctx: StageContext, statement: str) -> None:
+    kind = not_read_only(ctx.spark, statement)
+    if kind and kind.startswith("call to"):
+        raise ClickevalError(f"refused: the query makes a {kind}; clickeval sql runs only Spark's built-in "
+                             "functions, without Java reflection, unless --allow-writes is given")
+    if kind and kind.startswith(PATH_READ):
+        raise ClickevalError(f"refused: the statement makes a {kind}; clickeval sql reads only the warehouse's "
+                             "tables, by their names, unless --allow-writes is given")
+    if kind:
+        raise ClickevalError(f"refused: the statement is a {kind}, not a query; clickeval sql runs only "
+                             "SELECT, WITH, VALUES, SHOW, DESCRIBE and EXPLAIN unless --allow-writes is given")
 
 
 # verb -> what it runs; the stages come from the registry
@@ -170,15 +191,22 @@ JOB_VERBS = (*STAGES, "pipeline", "tables", "sql")
 
 
 def job_source(verb: str) -> str:
-    """jobs/<verb>.py: the spark-submit entry point of `clickeval <verb>`."""
+    """jobs/<verb>.py: the spark-submit entry point of `clickeval <verb>`. It checks the Python first
+    (build_info.python_problem: one line and exit 2 under another minor version than the build's), before
+    the CLI imports pyspark and numpy."""
     return (f'"""spark-submit entry point of `clickeval {verb}` (generated by clickeval_spark.cli.job_source)."""\n'
             "\n"
             "import sys\n"
             "\n"
-            "from clickeval_spark import cli\n"
+            "from clickeval_spark.build_info import python_problem\n"
             "\n"
             "\n"
             "def main(argv=None) -> int:\n"
+            "    if problem := python_problem():  # another Python than the build's: before pyspark or numpy\n"
+            "        print(problem, file=sys.stderr)\n"
+            "        return 2\n"
+            "    from clickeval_spark import cli\n"
+            "\n"
             f'    return cli.main(["{verb}", *(sys.argv[1:] if argv is None else argv)])\n'
             "\n"
             "\n"

@@ -2,10 +2,15 @@
 
 import sys
 
-from clickeval_spark import cli
+from clickeval_spark.build_info import python_problem
 
 
 def main(argv=None) -> int:
+    if problem := python_problem():  # another Python than the build's: before pyspark or numpy
+        print(problem, file=sys.stderr)
+        return 2
+    from clickeval_spark import cli
+
     return cli.main(["tables", *(sys.argv[1:] if argv is None else argv)])
 
 

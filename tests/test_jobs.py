@@ -99,3 +99,48 @@ def test_run_from_a_stage_runs_that_stage_and_the_ones_after_it_in_order(monkeyp
     assert cli.main(["run", "--from", "fit", "--conf", conf]) == 2
     assert capsys.readouterr().err.strip() == ("clickeval run: error: --from fit resumes a run: give its --run-id "
                                                "(or run_id in the config)")
+
+
+def test_a_job_under_another_python_minor_fails_with_one_line_before_any_spark(monkeypatch, capsys):
+    """jobs/<verb>.py checks the Python before the CLI imports pyspark: another minor version than the
+    build recorded (deploy/package.sh's clickeval_spark/_build.py) is one line on stderr and exit 2."""
+    import sys
+
+    from clickeval_spark import build_info
+
+    monkeypatch.setattr(build_info, "recorded", lambda: {"python": "3.11", "built_with": "3.11.7"})
+    monkeypatch.setattr(build_info, "found_python", lambda: ("3.12.1", "/usr/bin/python3.12"))
+    monkeypatch.delitem(sys.modules, "clickeval_spark.cli", raising=False)  # the job must not import it
+    assert ingest_job.main(["--conf", "nope.yaml"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "clickeval: this build needs Python 3.11 (built with 3.11.7), found 3.12.1 at /usr/bin/python3.12"]
+    assert "clickeval_spark.cli" not in sys.modules
+    # the same minor version at another path and patch level passes; a checkout records no build
+    monkeypatch.setattr(build_info, "found_python", lambda: ("3.11.2", "/usr/bin/python3.11"))
+    assert build_info.python_problem() is None
+    monkeypatch.undo()
+    assert build_info.recorded() == {"python": "3.11"} and build_info.python_problem() is None
+
+
+@pytest.mark.parametrize("python, refused", [("/usr/bin/python3.11", False),
+                                             ("/root/.pyenv/versions/3.12.1/bin/python3.12", True)])
+def test_a_job_file_under_a_real_other_interpreter(python, refused, tmp_path):
+    """The check with real interpreters: a 3.12 running jobs/ingest.py is refused in one line, before any
+    import that needs packages (it has none of ours); Debian's 3.11.2, at another path and patch level than
+    a build's 3.11.7, passes the check."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"no {python} here")
+    repo = Path(__file__).resolve().parents[1]
+    run = [python, str(repo / "jobs" / "ingest.py"), "--conf", "nope.yaml"] if refused else \
+        [python, "-c", "from clickeval_spark import build_info; print(build_info.python_problem())"]
+    proc = subprocess.run(run, cwd=tmp_path, env={"PYTHONPATH": str(repo), "PATH": "/usr/bin"},
+                          capture_output=True, text=True, timeout=60)
+    if refused:
+        assert (proc.returncode, proc.stdout) == (2, ""), proc
+        assert proc.stderr.splitlines() == [f"clickeval: this build needs Python 3.11, found 3.12.1 at {python}"]
+    else:
+        assert (proc.returncode, proc.stdout) == (0, "None\n"), proc
