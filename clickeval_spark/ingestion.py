@@ -8,16 +8,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date
 from operator import itemgetter
-from typing import Callable, Hashable, Iterator
+from typing import Callable, Hashable, Iterable, Iterator
 
 from pyspark.sql import DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
-from clickeval_spark.config import IngestConfig
+from clickeval_spark.config import IngestConfig, names_day
 from clickeval_spark.errors import ConfigError, InputError
 from clickeval_spark.session import cache_level
 from clickeval_spark.sources import canonical, per_query_text, tiangong, yandex
-from clickeval_spark.sources.files import input_files, same_file, shown
+from clickeval_spark.sources.files import ensure_readable, input_files, same_file, shown
 from clickeval_spark.splits import assign_splits
 from clickeval_spark.validation import accepted_serps, check_labels, check_serps, quarantine_rows
 
@@ -33,6 +33,7 @@ class IngestOutput:
     # the (dataset, log_date) slices the write replaces (None: the undated slice)
     log_dates: tuple[date | None, ...] = (None,)
     label_log_dates: tuple[date | None, ...] = (None,)
+    files: tuple[str, ...] = ()   # the files records were read from (SERPs', then labels'), as messages name them
     kept: tuple[DataFrame, ...] = ()   # the persisted checked records (and labels): `release` frees them
 
     def release(self) -> None:
@@ -44,8 +45,9 @@ class IngestOutput:
 
 def parse_serps(spark: SparkSession, cfg: IngestConfig) -> DataFrame:
     """The configured source as parsed SERP records (sources.parsed.PARSED_SERPS)."""
+    require_days(spark, cfg.log_date, zip(cfg.paths.values(), cfg.input_paths.values()))
     if cfg.format == "per_query_text":
-        return per_query_text.read_serps(spark, cfg.paths, cfg.dataset, cfg.text_variant)
+        return per_query_text.read_serps(spark, cfg.input_paths, cfg.dataset, cfg.text_variant)
     single = _single_path(cfg)
     if cfg.format == "tiangong_xml":
         return tiangong.read_serps(spark, single, cfg.dataset)
@@ -59,12 +61,14 @@ def parse_serps(spark: SparkSession, cfg: IngestConfig) -> DataFrame:
 def parse_labels(spark: SparkSession, cfg: IngestConfig) -> DataFrame | None:
     if cfg.labels is None:
         return None
+    require_days(spark, cfg.log_date, [(cfg.labels, cfg.input_labels)])
+    labels = cfg.input_labels
     if cfg.format == "per_query_text":
-        return per_query_text.read_labels(spark, cfg.labels, cfg.dataset, cfg.text_variant)
+        return per_query_text.read_labels(spark, labels, cfg.dataset, cfg.text_variant)
     if cfg.format == "tiangong_xml":
-        return tiangong.read_labels(spark, cfg.labels, cfg.dataset, cfg.label_query_prefix, cfg.label_doc_prefix)
+        return tiangong.read_labels(spark, labels, cfg.dataset, cfg.label_query_prefix, cfg.label_doc_prefix)
     if cfg.format == "yandex":
-        return yandex.read_labels(spark, cfg.labels, cfg.dataset)
+        return yandex.read_labels(spark, labels, cfg.dataset)
     raise ConfigError(f"ingest.labels is not supported for format {cfg.format!r}")
 
 
@@ -110,20 +114,39 @@ def _root_cause(exc: Exception) -> str:
     return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
 
 
+def require_days(spark: SparkSession, log_date: date | None, inputs: Iterable[tuple[str, str]]) -> None:
+    """Every (configured, filled) input location that names its day ({log_date}) exists, checked before
+    any read: a missing day fails in one line naming the location expected (a scheduler retries, then
+    alerts), not with Spark's error from inside the read."""
+    for configured, location in inputs:
+        if names_day(configured):
+            ensure_readable(spark, location,
+                            missing=f"no input for log_date {log_date}: {shown(location)} does not exist")
+
+
 def require_records(spark: SparkSession, paths: list[str], records_per_source: dict[str, int], what: str) -> None:
     """Every input file gave at least one record (line, <session>, ...), else fail naming it: an empty
-    or wholly unreadable file would otherwise pass as an input with nothing in it."""
+    or wholly unreadable file, or a folder without files (a day's folder that came empty), would otherwise
+    pass as an input with nothing in it."""
     seen = {same_file(source) for source, n in records_per_source.items() if n}
     for path in paths:
-        for file in input_files(spark, path):
+        files = input_files(spark, path)
+        if not files:
+            raise InputError(f"{shown(path)}: breaks rule empty_input: no input file in it (expected {what})")
+        for file in files:
             if same_file(file) not in seen:
                 raise InputError(f"{shown(file)}: breaks rule empty_input: no records in it (expected {what})")
+
+
+def _read_files(records_per_source: dict[str, int]) -> list[str]:
+    """The files records came from, as messages name them (for `runs.details`)."""
+    return sorted({shown(source) for source in records_per_source if source})
 
 
 def _single_path(cfg: IngestConfig) -> str:
     if set(cfg.paths) != {"all"}:
         raise ConfigError(f"ingest.paths: format {cfg.format!r} reads one input, give it as 'all'")
-    return cfg.paths["all"]
+    return cfg.input_paths["all"]
 
 
 def attach_labels_to_serps(labels: DataFrame, serps: DataFrame) -> DataFrame:
@@ -166,7 +189,10 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
     """
     parsed = assign_splits(with_log_date(serps_parsed, cfg.log_date), cfg.split)
     numbered_by_reader = cfg.format == "per_query_text"   # lines and positions counted within file splits
-    checked = check_serps(parsed, max_rank=cfg.max_rank, keep=cache_level(spark), numbered_ids=numbered_by_reader)
+    # a daily input holds its day: a record whose own time (TianGong-ST starttime, a canonical log_date) gives
+    # another day is quarantined (rule other_day), never written, so the ingest replaces its day's slice only
+    checked = check_serps(parsed, max_rank=cfg.max_rank, keep=cache_level(spark), numbered_ids=numbered_by_reader,
+                          day=cfg.log_date if cfg.daily else None)
     accepted, kept = checked.accepted, [checked.ruled]
     quarantine = checked.quarantined
     with reading_inputs():
@@ -174,7 +200,8 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
         tally = _tally(checked.ruled, day="log_date", per_split=numbered_by_reader)
         per_source = _summed(tally, itemgetter("source"))
         if cfg.format in SERP_RECORDS:
-            require_records(spark, list(cfg.paths.values()), per_source, SERP_RECORDS[cfg.format])
+            require_records(spark, list(cfg.input_paths.values()), per_source, SERP_RECORDS[cfg.format])
+        files = _read_files(per_source)
         # the days this ingest replaces: a handful of values (one per day of the input), never per-SERP data
         log_dates = tuple(sorted({r["day"] for r in tally if r["rule"] is None},
                                  key=lambda d: (d is None, d or date.min))) or (cfg.log_date,)
@@ -199,13 +226,14 @@ def run_ingest(spark: SparkSession, cfg: IngestConfig, serps_parsed: DataFrame,
             tally = _tally(label_check.ruled)
             per_source = _summed(tally, itemgetter("source"))
             if cfg.format in LABEL_RECORDS:
-                require_records(spark, [cfg.labels], per_source, LABEL_RECORDS[cfg.format])
+                require_records(spark, [cfg.input_labels], per_source, LABEL_RECORDS[cfg.format])
+            files += _read_files(per_source)
             counts["labels_read"] = sum(per_source.values())
             counts["labels_accepted"] = sum(r["n"] for r in tally if r["rule"] is None)
             rule_counts.update(_per_rule(tally, "relevance_labels"))
 
     return IngestOutput(serps=serps, labels=labels, quarantine=quarantine.withColumn("run_id", F.lit(run_id)),
-                        counts=counts, rule_counts=rule_counts, log_dates=log_dates,
+                        counts=counts, rule_counts=rule_counts, log_dates=log_dates, files=tuple(files),
                         # labels fall in the SERPs' days or, untied, in ingest.log_date's slice
                         label_log_dates=tuple(dict.fromkeys((*log_dates, cfg.log_date))),
                         kept=tuple(kept) if labels_parsed is None else (*kept, labels_parsed))
@@ -249,9 +277,10 @@ def quarantine_check(out: IngestOutput, cfg: IngestConfig) -> tuple[dict[str, in
     mostly broken file would otherwise leave the dataset empty or gutted with exit 0. The counts per
     rule are `run_ingest`'s (`IngestOutput.rule_counts`): no Spark job here.
     """
-    targets = [("serps", "serps", out.counts["serps_read"], list(cfg.paths.values()) or ["synthetic log"])]
+    targets = [("serps", "serps", out.counts["serps_read"], list(cfg.input_paths.values()) or ["synthetic log"])]
     if "labels_read" in out.counts:
-        targets.append(("relevance_labels", "labels", out.counts["labels_read"], [cfg.labels or "synthetic labels"]))
+        targets.append(("relevance_labels", "labels", out.counts["labels_read"],
+                        [cfg.input_labels or "synthetic labels"]))
     counts, refusals = {}, []
     for target, key, read, files in targets:
         rules = sorted(((n, rule) for (t, rule), n in out.rule_counts.items() if t == target),

@@ -11,6 +11,7 @@ record breaks is its reason.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
@@ -31,6 +32,8 @@ SERP_RULES = (
     "unknown_split",
     "duplicate_serp_id",
 )
+# checked after those only for an input whose location names its day (`check_serps`' day)
+DAY_RULES = ("other_day",)
 LABEL_RULES = ("unparseable", "missing_id", "empty_result_list", "length_mismatch", "relevance_not_integer", "duplicate_label")
 
 
@@ -72,14 +75,15 @@ def _blank(col: str) -> Column:
 
 
 def check_serps(parsed: DataFrame, *, max_rank: int, keep: StorageLevel | None = None,
-                numbered_ids: bool = False) -> Checked:
+                numbered_ids: bool = False, day: date | None = None) -> Checked:
     """Apply every SERP rule; duplicates of a serp_id keep the first record in file order.
 
     ``keep``: persist the ruled records at that level (raw text only on the quarantined ones), so that
     the accepted rows, the quarantine and their counts share one evaluation of the parse, the rules and the
     duplicates' window, instead of one each. ``numbered_ids``: the reader made every serp_id from
     its session id and the record's position in it (`per_query_text`), so no two records share one and
-    the duplicates' window is skipped."""
+    the duplicates' window is skipped. ``day``: the input holds that day's records only (its location names
+    the day): a record whose log_date is another day breaks `other_day`."""
     n_docs = F.size("doc_ids")
     rules = [
         ("unparseable", F.col("parse_rule").isNotNull(), F.col("parse_reason")),
@@ -109,6 +113,11 @@ def check_serps(parsed: DataFrame, *, max_rank: int, keep: StorageLevel | None =
          F.format_string("split %s is not one of %s", F.coalesce(F.col("split"), F.lit("null")),
                          F.lit(", ".join(SPLITS)))),
     ]
+    if day is not None:
+        rules.append(("other_day", F.col("log_date") != F.lit(day),
+                      F.format_string("the record's own time gives log_date %s; this input holds log_date %s's records "
+                                      "(ingest.paths names the day)", F.col("log_date").cast("string"),
+                                      F.lit(day.isoformat()))))
     ruled = _ruled(parsed, rules)
     if not numbered_ids:
         ruled = _flag_duplicates(ruled, "serp_id", "duplicate_serp_id", F.format_string("serp_id %s", F.col("serp_id")))

@@ -145,3 +145,53 @@ def test_every_location_is_resolved_and_inputs_are_listed(tmp_path, monkeypatch)
     # the synthetic format generates its log: nothing of ingest is read
     assert input_locations(AppConfig(ingest=IngestConfig(paths={"all": "x"})), ("ingest",)) == []
     assert resolve_locations(AppConfig(spark=SparkConfig(warehouse="s3a://b/wh"))).spark.warehouse == "s3a://b/wh"
+
+
+def test_daily_locations_are_filled_from_log_date(tmp_path, monkeypatch):
+    """{log_date} (or {log_date:<format>}) in ingest.paths and ingest.labels is the logical day; Hadoop globs
+    pass as they are; the config keeps the location as written, input_paths gives it filled."""
+    monkeypatch.chdir(tmp_path)
+    cfg = resolve_locations(_load(tmp_path, "{}", **{
+        "ingest.format": "tiangong_xml", "ingest.log_date": "2026-11-28",
+        "ingest.paths": {"all": "s3a://logs/dt={log_date}/h={00,01}/"}, "ingest.labels": "labels/{log_date:%Y/%m%d}.txt"}))
+    assert cfg.ingest.paths == {"all": "s3a://logs/dt={log_date}/h={00,01}/"}
+    assert cfg.ingest.input_paths == {"all": "s3a://logs/dt=2026-11-28/h={00,01}/"}
+    assert cfg.ingest.input_labels == str(tmp_path / "labels" / "2026" / "1128.txt")
+    assert cfg.ingest.daily
+    plain = IngestConfig(format="yandex", paths={"all": "log-{a,b}.txt"}, log_date=date(2026, 11, 28))
+    assert (plain.input_paths, plain.input_labels, plain.daily) == ({"all": "log-{a,b}.txt"}, None, False)
+    # the synthetic format reads no input: its paths are not checked nor daily
+    assert not IngestConfig(paths={"all": "x/{log_date}"}).daily
+
+
+@pytest.mark.parametrize("location, error", [
+    ("s3a://b/dt={ds}/", r"^ingest\.paths\.all: .*\{ds\} is not allowed; the one placeholder is \{log_date\}"),
+    ("s3a://b/{log_date:%H}.xml", r"^ingest\.paths\.all: .*\{log_date:%H\} is not allowed; a format uses only"),
+    ("s3a://b/{log_date:day}.xml", r"\{log_date:day\} is not allowed"),
+])
+def test_bad_placeholders_are_config_errors_when_the_config_loads(location, error):
+    for log_date in (None, date(2026, 11, 28)):
+        with pytest.raises(ConfigError, match=error):
+            IngestConfig(format="tiangong_xml", paths={"all": location}, log_date=log_date)
+        with pytest.raises(ConfigError, match=error.replace(r"paths\.all", "labels")):
+            IngestConfig(format="tiangong_xml", paths={"all": "x"}, labels=location, log_date=log_date)
+
+
+def test_a_day_without_log_date_is_a_config_error_where_the_location_is_read():
+    """The DAG's later stages share the ingest's config without ingest.log_date: only reading a daily
+    location needs it (the ingest, and the input check before its session starts)."""
+    cfg = load_config(CONF / "cluster.yaml")
+    error = (r"^ingest\.paths\.all: 's3a://my-search-logs/tiangong-st/dt=\{log_date\}/' names its day with "
+             r"\{log_date\}, but ingest\.log_date is not set; set it \(YYYY-MM-DD\)")
+    with pytest.raises(ConfigError, match=error):
+        input_locations(cfg, ("ingest",))
+    with pytest.raises(ConfigError, match=error):
+        cfg.ingest.input_paths
+    assert input_locations(cfg, ("fit", "evaluate")) == []
+    labels = IngestConfig(format="yandex", paths={"all": "x"}, labels="l/{log_date}.txt")
+    with pytest.raises(ConfigError, match=r"^ingest\.labels: 'l/\{log_date\}\.txt' names its day"):
+        input_locations(AppConfig(ingest=labels), ("ingest",))
+
+    daily = load_config(CONF / "cluster.yaml", {"ingest.log_date": "2026-11-28"})
+    assert daily.ingest.input_paths == {"all": "s3a://my-search-logs/tiangong-st/dt=2026-11-28/"}
+    assert input_locations(daily, ("ingest",))[0] == ("ingest.paths.all", "s3a://my-search-logs/tiangong-st/dt={log_date}/")

@@ -11,8 +11,6 @@ start-up. URIs (s3a://, abfss://, file:/) and absolute paths are kept as they ar
 
 from __future__ import annotations
 
-import math
-import os
 import re
 from contextvars import ContextVar
 from pathlib import Path
@@ -21,8 +19,11 @@ from typing import Annotated, Any, Literal, Mapping
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from clickeval_spark.config.fields import (ISO_DATE, Day, Invalid, Location, Text, Tuple, config_error, map_locations,
-                                           matching)
+from clickeval_spark.config.fields import (ISO_DATE, Day, Invalid, Location, Text, Tuple, config_error, distinct,
+                                           matching, strength)
+# the location helpers are part of this package's interface (runtime, stages and tests import them from here)
+from clickeval_spark.config.locations import (check_day_placeholders, fill_day, input_locations, is_uri, names_day,
+                                              resolve_location, resolve_locations)
 from clickeval_spark.errors import ConfigError
 from clickeval_spark.models import ENGINES as FIT_ENGINES, MODELS  # the kernel registry (numpy only: no Spark at config time)
 from clickeval_spark.models.priors import DEFAULT_K_GRID, DEFAULT_SELECT_SERPS, DEFAULT_WARMUP, SEEN_MEANS
@@ -45,18 +46,6 @@ LIST_ORDERS = ("original", "shuffled_all", "shuffled_halves")
 CLICK_MODES = ("stochastic", "deterministic")
 
 
-def resolve_location(location: str) -> str:
-    """A relative path is relative to the current working directory (not to the package, which may
-    sit inside a zip or a packed venv); URIs (s3a://, abfss://, file:/) and absolute paths pass."""
-    if is_uri(location) or os.path.isabs(location):
-        return location
-    return os.path.abspath(location)
-
-
-def is_uri(location: str) -> bool:
-    return "://" in location or location.startswith("file:")
-
-
 def validate_run_id(run_id: str) -> str:
     """run_id goes into Delta predicates: only a safe character set is allowed."""
     if not isinstance(run_id, str) or not RUN_ID_PATTERN.match(run_id):
@@ -71,27 +60,9 @@ def validate_name(key: str, value: Any) -> str:
     return value
 
 
-def _strength(allow_auto: bool) -> AfterValidator:
-    """A prior strength: a finite number > 0 (or `auto`). Hand-written: an int stays an int in the runs
-    table, and pydantic words a union's failure as one error per member, not as one allowed set."""
-    def check(k: Any) -> Any:
-        if k == "auto" and allow_auto:
-            return k
-        if isinstance(k, bool) or not isinstance(k, (int, float)) or not k > 0 or not math.isfinite(k):
-            raise Invalid(f"{k!r} is not allowed; a number > 0" + (" or auto" if allow_auto else ""))
-        return k
-    return AfterValidator(check)
-
-
-def _distinct(values: tuple) -> tuple:
-    if len(set(values)) < len(values):
-        raise Invalid(f"{list(values)!r} is not allowed; the values must be distinct")
-    return values
-
-
 Name = Annotated[Text, matching(NAME_PATTERN, NAME_RULE)]
 AtLeast1 = Annotated[int, Field(ge=1)]
-Strength = Annotated[Any, _strength(allow_auto=True)]
+Strength = Annotated[Any, strength(allow_auto=True)]
 PriorKind = Literal["none", "pyclick", "beta"]
 
 
@@ -176,7 +147,8 @@ class IngestConfig(Section):
     dataset: Name = "synthetic"
     format: Literal[SOURCE_FORMATS] = "synthetic"
     # per_query_text: {train: path, valid: path, test: path} (already split) or {all: path}
-    # tiangong_xml / yandex / parquet / delta: {all: path}
+    # tiangong_xml / yandex / parquet / delta: {all: path}. Paths and labels may name the day with
+    # {log_date} (config/locations.py): a daily ingest then reads ingest.log_date's folder or file only
     paths: dict[Text, Location["ingest"]] = {}
     labels: Location["ingest"] | None = None
     # per_query_text: auto (per line), graphcm (5 columns), aicm (7 columns: two zero columns after qid)
@@ -199,6 +171,20 @@ class IngestConfig(Section):
         """The synthetic format generates its log: its paths and labels are not read."""
         return self.format != "synthetic"
 
+    @property
+    def input_paths(self) -> dict[str, str]:
+        """`paths` as the ingest reads them: {log_date} filled with ingest.log_date."""
+        return {key: fill_day(path, self.log_date, f"ingest.paths.{key}") for key, path in self.paths.items()}
+
+    @property
+    def input_labels(self) -> str | None:
+        return None if self.labels is None else fill_day(self.labels, self.log_date, "ingest.labels")
+
+    @property
+    def daily(self) -> bool:
+        """The SERP input names its day: it holds ingest.log_date's records only."""
+        return self.reads_inputs and any(names_day(path) for path in self.paths.values())
+
     @model_validator(mode="after")
     def _check(self) -> IngestConfig:
         allowed_keys = set(SPLITS) | {"all"}
@@ -209,6 +195,12 @@ class IngestConfig(Section):
             raise Invalid(f"give either 'all' or per-split paths, not both; got {sorted(self.paths)}", "paths")
         if self.format != "synthetic" and not self.paths:
             raise Invalid(f"required for format {self.format!r}", "paths")
+        inputs = [*((f"paths.{key}", path) for key, path in self.paths.items()), ("labels", self.labels)]
+        for key, location in inputs if self.reads_inputs else ():
+            try:
+                check_day_placeholders(location or "")
+            except Invalid as exc:
+                raise Invalid(str(exc), key) from None
         return self
 
 
@@ -220,11 +212,11 @@ class PriorConfig(Section):
     """
     kind: PriorKind = "beta"
     k: Strength = "auto"
-    grid: Tuple(Annotated[float, _strength(allow_auto=False)], min_length=1) = DEFAULT_K_GRID
+    grid: Tuple(Annotated[float, strength(allow_auto=False)], min_length=1) = DEFAULT_K_GRID
     warmup: AtLeast1 = DEFAULT_WARMUP   # at most this many passes pooled means follow the fit (while valid LL improves); then fixed
     rank_means: bool = True   # pairs unseen in training take their family's pooled mean at the rank shown
     # what seen pairs shrink toward: the family's mean, or their ranks' (models/priors.py); both: valid chooses
-    seen_means: Annotated[Tuple(Literal[SEEN_MEANS], min_length=1), AfterValidator(_distinct)] = ("pooled", "rank")
+    seen_means: Annotated[Tuple(Literal[SEEN_MEANS], min_length=1), AfterValidator(distinct)] = ("pooled", "rank")
     # on a larger log (train + valid SERPs) `auto`'s candidates compete on a sample of whole queries of about
     # this many SERPs, and the chosen one then fits the whole log; null: they all fit the whole log
     select_serps: AtLeast1 | None = DEFAULT_SELECT_SERPS
@@ -431,23 +423,6 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
                 raise ConfigError(f"{'.'.join(parents[:i + 1])}: is {node!r}, not a section; cannot set {dotted}")
         node[leaf] = value
     return AppConfig.model_validate(data)   # through Section.__init__, which raises ConfigError
-
-
-def resolve_locations(cfg: AppConfig) -> AppConfig:
-    """`cfg` with every Location made absolute against the working directory (see the module doc)."""
-    return map_locations(cfg, AppConfig, "", lambda key, location, marker, section: resolve_location(location))
-
-
-def input_locations(cfg: AppConfig, stages: tuple[str, ...]) -> list[tuple[str, str]]:
-    """(key, location) of every input file the given stages read (outputs not included)."""
-    found = []
-
-    def collect(key: str, location: str, marker: Location, section: Any) -> str:
-        if marker.read_by in stages and getattr(section, "reads_inputs", True):
-            found.append((key, location))
-        return location
-    map_locations(cfg, AppConfig, "", collect)
-    return found
 
 
 def config_as_dict(cfg: AppConfig) -> dict[str, Any]:

@@ -4,6 +4,7 @@ pydantic's ValidationError into one ConfigError line: the key path, the value gi
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import types
 from datetime import date
@@ -53,6 +54,24 @@ def matching(pattern: re.Pattern, rule: str) -> AfterValidator:
             raise Invalid(f"{value!r} is not allowed: {rule}")
         return value
     return AfterValidator(check)
+
+
+def strength(allow_auto: bool) -> AfterValidator:
+    """A prior strength: a finite number > 0 (or `auto`). Hand-written: an int stays an int in the runs
+    table, and pydantic words a union's failure as one error per member, not as one allowed set."""
+    def check(k: Any) -> Any:
+        if k == "auto" and allow_auto:
+            return k
+        if isinstance(k, bool) or not isinstance(k, (int, float)) or not k > 0 or not math.isfinite(k):
+            raise Invalid(f"{k!r} is not allowed; a number > 0" + (" or auto" if allow_auto else ""))
+        return k
+    return AfterValidator(check)
+
+
+def distinct(values: tuple) -> tuple:
+    if len(set(values)) < len(values):
+        raise Invalid(f"{list(values)!r} is not allowed; the values must be distinct")
+    return values
 
 
 class Location:

@@ -18,8 +18,9 @@ WHITESPACE_CHARS = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u
                     "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 
 
-def ensure_readable(spark: SparkSession, path: str) -> None:
-    """Fail with one line naming the file when it is missing, before Spark's deep stack traces."""
+def ensure_readable(spark: SparkSession, path: str, missing: str | None = None) -> None:
+    """Fail with one line naming the file when it is missing (`missing`, else "<path>: cannot be read"),
+    before Spark's deep stack traces."""
     jvm = spark.sparkContext._jvm
     hpath = jvm.org.apache.hadoop.fs.Path(path)
     try:
@@ -28,7 +29,7 @@ def ensure_readable(spark: SparkSession, path: str) -> None:
     except Exception as exc:  # py4j wraps the Hadoop error: keep only its message
         raise InputError(f"{path}: cannot be read ({str(exc).splitlines()[0]})") from None
     if matches is None or len(matches) == 0:
-        raise InputError(f"{path}: cannot be read (no such file)")
+        raise InputError(missing or f"{path}: cannot be read (no such file)")
 
 
 def input_files(spark: SparkSession, path: str) -> list[str]:

@@ -22,10 +22,15 @@ def run(ctx: StageContext) -> dict[str, int]:
         if icfg.format == "synthetic":
             parsed_serps, labels, truth = synthetic.generate(ctx.spark, icfg)
         else:
+            # the locations read, a daily input's {log_date} filled (recorded also when one is missing)
+            run.details["inputs"] = {**{f"paths.{key}": path for key, path in icfg.input_paths.items()},
+                                     **({"labels": icfg.input_labels} if icfg.labels else {})}
             parsed_serps, labels = ingestion.parse_serps(ctx.spark, icfg), ingestion.parse_labels(ctx.spark, icfg)
             truth = None
         out = ingestion.run_ingest(ctx.spark, icfg, parsed_serps, labels, ctx.run_id)
         try:
+            if icfg.reads_inputs:   # the files its records came from: a daily ingest's are that day's only
+                run.details["input_files"] = list(out.files)
             counts, refused = ingestion.quarantine_check(out, icfg)
             run.counts.update(out.counts, **counts)
             if refused:
