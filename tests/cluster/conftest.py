@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -24,18 +23,18 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def artefacts(tmp_path_factory) -> Path:
-    """deploy/package.sh into a fresh folder, once per test session (the packed venv takes a minute)."""
+    """deploy/package.sh into a fresh folder, once per test session (the PEX takes a minute): clickeval.pex,
+    clickeval_spark.zip, the wheel, jobs/<stage>.py, conf/, BUILD_INFO.json."""
     dist = tmp_path_factory.mktemp("dist")
     t0 = time.monotonic()
-    # PYTHON: the interpreter running the tests, whose venv has the dev tools (venv-pack)
+    # PYTHON: the interpreter running the tests, whose venv has the dev tools (pex)
     proc = subprocess.run(["bash", str(REPO / "deploy" / "package.sh"), str(dist)], cwd=REPO,
                           env={**os.environ, "PYTHON": sys.executable},
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"deploy/package.sh failed:\n{proc.stdout}\n{proc.stderr}"
     print(f"\n[cluster] deploy/package.sh: {time.monotonic() - t0:.0f}s, "
-          f"venv archive {(dist / 'clickeval_venv.tar.gz').stat().st_size / 2**20:.0f} MiB")
-    yield dist
-    shutil.rmtree(dist / "driver-env", ignore_errors=True)  # the driver's unpacked copy of the venv
+          f"PEX {(dist / 'clickeval.pex').stat().st_size / 2**20:.0f} MiB")
+    return dist
 
 
 @pytest.fixture(scope="session")

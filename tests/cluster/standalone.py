@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import pyspark
 
@@ -103,18 +105,31 @@ class Submission:
 
 
 class StandaloneCluster:
-    def __init__(self, root: Path, workers: int = 2, worker_memory: str = "1g"):
+    """``worker_hides``: folders each worker (and so its executors and their Python workers) sees as
+    empty: it runs in a mount namespace of its own (`unshare --mount`, as root) with an empty tmpfs over
+    each, e.g. the build host's Python installation. ``worker_env``: more environment for the workers
+    (PATH, PEX_ROOT)."""
+
+    def __init__(self, root: Path, workers: int = 2, worker_memory: str = "1g",
+                 worker_hides: Sequence[Path] = (), worker_env: dict[str, str] | None = None):
         self.root = root
         self.worker_dirs = [root / f"worker-{i}" for i in range(1, workers + 1)]
         self.worker_memory = worker_memory
+        self.worker_hides = [str(p) for p in worker_hides]
+        self.worker_env = dict(worker_env or {})
         self.master_url = ""
         self._procs: list[tuple[str, subprocess.Popen]] = []
 
-    def _spawn(self, name: str, *args: str) -> tuple[subprocess.Popen, Path]:
+    def _spawn(self, name: str, *args: str, hides: Sequence[str] = (),
+               env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
         log = self.root / f"{name}.log"
+        cmd = [str(SPARK_HOME / "bin" / "spark-class"), *args]
+        if hides:
+            mounts = " && ".join(f"mount -t tmpfs -o size=1m,mode=755 none {shlex.quote(h)}" for h in hides)
+            cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", f'{mounts} && exec "$@"', "sh", *cmd]
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [str(SPARK_HOME / "bin" / "spark-class"), *args], env=spark_env(), cwd=self.root,
+                cmd, env={**spark_env(), **(env or {})}, cwd=self.root,
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
         self._procs.append((name, proc))
@@ -136,7 +151,7 @@ class StandaloneCluster:
             started.append(self._spawn(
                 f"worker-{i}", "org.apache.spark.deploy.worker.Worker", self.master_url,
                 "--host", "127.0.0.1", "--port", "0", "--webui-port", "0", "--work-dir", str(work_dir),
-                "--cores", "1", "--memory", self.worker_memory,
+                "--cores", "1", "--memory", self.worker_memory, hides=self.worker_hides, env=self.worker_env,
             ))
         for proc, log in started:
             _wait_for_line(proc, log, r"Successfully registered with master", timeout)
@@ -190,6 +205,8 @@ class StandaloneCluster:
             raise RuntimeError("cluster processes outlived the stop (killed now):\n" + "\n".join(left))
 
     def drop_unpacked_archives(self) -> None:
-        """The executors' copies of the packed venv (hundreds of MB each); logs stay."""
+        """The executors' copies of the PEX (--files, 160 MB each) or of an --archives venv; logs stay."""
+        for copy in self.root.glob("worker-*/app-*/*/*.pex"):
+            copy.unlink(missing_ok=True)
         for env_dir in self.root.glob("worker-*/app-*/*/environment"):
             shutil.rmtree(env_dir, ignore_errors=True)

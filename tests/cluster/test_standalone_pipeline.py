@@ -2,12 +2,12 @@
 
 One spark-submit of `pipeline` (its own driver and application: every stage of
 clickeval_spark.stages.STAGES) against a master and two one-core workers on loopback. Each further
-submit costs a driver JVM, an Ivy resolution and two executors unpacking the venv: 7 submits, one per
+submit costs a driver JVM, an Ivy resolution and two executors fetching the PEX: 7 submits, one per
 stage, took about 14 of CI's 33 minutes, and the two that came after them (ingest, then `pipeline
 --from fit` resuming its run id) 73 and 121 s. A stage resuming a run in a new application is
 tests/reliability/test_crash_recovery.py's rerun. Code and dependencies come
-from the packed venv (--archives) and the zip (--py-files), Delta's jars from --packages; the
-driver runs in a scratch directory on the archive unpacked for it, not on this checkout or its
+from the PEX (--files, the Python of driver and executors), pyspark from Spark's own zips, Delta's
+jars from --packages; the driver runs in a scratch directory on the PEX, not on this checkout or its
 venv; stages hand over only through the Delta tables of a warehouse in the driver's working
 directory (the config's relative `warehouse`, where its `reports` go too). The checks read those
 tables with the test session's local Spark, and the workers' work dirs for the executors.
@@ -15,6 +15,8 @@ tables with the test session's local Spark, and the workers' work dirs for the e
 
 from __future__ import annotations
 
+import json
+import sys
 import zipfile
 
 import pytest
@@ -39,13 +41,24 @@ def _python_files(names) -> set[str]:
 
 
 def test_artefacts_hold_the_checkout(artefacts):
-    """The wheel (inside the packed venv too) and the --py-files zip carry every module of the checkout."""
+    """The wheel (inside the PEX too) and the --py-files zip carry every module of the checkout, and the
+    build's record (clickeval_spark/_build.py, as BUILD_INFO.json); the PEX holds no pyspark or py4j."""
     checkout = _python_files(str(p.relative_to(REPO)) for d in ("clickeval_spark", "jobs")
-                             for p in (REPO / d).rglob("*.py"))
+                             for p in (REPO / d).rglob("*.py")) - {"clickeval_spark/_build.py"}
+    built = checkout | {"clickeval_spark/_build.py"}
     [wheel] = artefacts.glob("clickeval_spark-*.whl")
     with zipfile.ZipFile(wheel) as whl, zipfile.ZipFile(artefacts / "clickeval_spark.zip") as pyfiles:
-        assert _python_files(whl.namelist()) == checkout
-        assert _python_files(pyfiles.namelist()) == checkout
+        assert _python_files(whl.namelist()) == built
+        assert _python_files(pyfiles.namelist()) == built
+        record = pyfiles.read("clickeval_spark/_build.py").decode()
+    info = json.loads((artefacts / "BUILD_INFO.json").read_text())
+    assert info["python"] == "%d.%d" % sys.version_info[:2] and f"BUILD = {info!r}" in record
+    with zipfile.ZipFile(artefacts / "clickeval.pex") as pex:
+        pex_info = json.loads(pex.read("PEX-INFO"))
+        deps = {name.split("/")[1].split("-")[0] for name in pex.namelist() if name.startswith(".deps/")}
+    assert {"clickeval_spark", "delta_spark", "numpy", "pyarrow"} <= deps and not deps & {"pyspark", "py4j"}, deps
+    assert pex_info["interpreter_constraints"] == [f"CPython=={info['python']}.*"]
+    assert pex_info["inherit_path"] == "fallback"
     assert {f"{stage}.py" for stage in STAGES} <= {p.name for p in (artefacts / "jobs").iterdir()}
 
 
@@ -66,7 +79,7 @@ def test_pipeline_stages_on_standalone_cluster(artefacts, standalone_cluster, tm
     assert done.returncode == 0, f"pipeline failed (log {done.log}):\n{tail(done.log)}"
 
     # the work was done by executors on both workers: one application, with each worker's executor
-    # on its own copy of the packed venv, and tasks run on every worker
+    # on its own copy of the PEX, and tasks run on every worker
     apps_by_worker = [{app.name: app for app in sorted(d.glob("app-*"))} for d in standalone_cluster.worker_dirs]
     assert all(len(apps) == 1 for apps in apps_by_worker), apps_by_worker
     assert len({frozenset(apps) for apps in apps_by_worker}) == 1, "every application had executors on both workers"
@@ -74,7 +87,7 @@ def test_pipeline_stages_on_standalone_cluster(artefacts, standalone_cluster, tm
     for w, apps in enumerate(apps_by_worker):
         for app_id, app in apps.items():
             executors = [e for e in app.iterdir() if e.is_dir()]  # more than one if an executor was replaced
-            assert executors and all((e / "environment" / "pyvenv.cfg").is_file() for e in executors), app
+            assert executors and all((e / "clickeval.pex").is_file() for e in executors), app
             ran_tasks[w, app_id] = any("Running task" in (e / "stderr").read_text(errors="replace")
                                        for e in executors)
     assert all(any(ran_tasks[w, a] for a in apps_by_worker[0]) for w in range(len(apps_by_worker))), ran_tasks
