@@ -10,9 +10,9 @@ stage order, run daily.
   are replaced; every
   later stage reads the window of the last ``clickeval_window_days`` days ending at ``{{ ds }}``
   (``window.start``, ``window.end``, both inclusive), so a daily run over a growing log stays bounded.
-- Each task submits ``<artefacts>/jobs/<stage>.py`` with ``--py-files <artefacts>/clickeval_spark.zip``
-  and ``--files <artefacts>/clickeval.pex,<artefacts>/conf/<conf>``; Delta comes from ``--packages``.
-  The PEX (deploy/package.sh) is the Python environment of driver and executors: it finds a Python
+- Each task submits ``<artefacts>/jobs/<stage>.py`` with ``--files <artefacts>/clickeval.pex,
+  <artefacts>/conf/<conf>``; Delta comes from ``--packages``. The PEX (deploy/package.sh) holds the
+  code and its dependencies and is the Python of driver and executors: it finds a Python
   3.11 on each node's PATH (PEX_PYTHON_PATH if it lives elsewhere), so nodes need not share the build
   host's interpreter path. Executors run ``./clickeval.pex`` from their working directory.
 - Deploy mode and the driver's Python depend on the cluster manager:
@@ -114,7 +114,6 @@ with DAG(
             application=f"{ARTEFACTS}/jobs/{stage}.py",
             application_args=["--conf", JOB_CONF, "--run-id", RUN_ID,
                               *(INGEST_ARGS if stage == "ingest" else WINDOW_ARGS)],
-            py_files=f"{ARTEFACTS}/clickeval_spark.zip",
             files=f"{ARTEFACTS}/clickeval.pex,{ARTEFACTS}/conf/{CONF_NAME}",
             packages=_var("clickeval_packages"),
             conf={"spark.pyspark.python": "./clickeval.pex",

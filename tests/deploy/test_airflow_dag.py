@@ -12,24 +12,19 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-# minutes of Spark: `make test-fast` leaves it out (README: Tests)
+from tests.deploy import airflow_venv
+from tests.deploy.airflow_venv import DAG_FILE, DAG_FOLDER, DAG_ID, ROOT
+
+# an Airflow venv and subprocesses: `make test-fast` leaves it out
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
-DAG_FOLDER = ROOT / "deploy" / "airflow"
-DAG_FILE = DAG_FOLDER / "clickeval_dag.py"
-SETUP = DAG_FOLDER / "setup_test_venv.sh"
 PROBE = Path(__file__).with_name("dagbag_probe.py")
-VENV = Path(os.environ.get("AIRFLOW_TEST_VENV", ROOT / ".venv-airflow"))
 
-DAG_ID = "clickeval_spark"
 STAGES = ("ingest", "fit", "predict", "evaluate", "generate", "surrogate", "report")
 LOGICAL_DATE = "2026-11-28"
 RUN_ID = "daily-20261128"
@@ -47,36 +42,13 @@ def _day_args(stage: str, log_date: str, window_start: str) -> list[str]:
     return ["--set", f"window.start={window_start}", "--set", f"window.end={log_date}"]
 
 
-def _clean_env(airflow_home: Path) -> dict[str, str]:
-    """This process's environment without anything that would leak into Airflow (the main venv,
-    Spark settings, an outer Airflow's config), plus a throw-away AIRFLOW_HOME."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("AIRFLOW", "PYSPARK", "SPARK_", "PYTHON", "VIRTUAL_ENV"))
-    }
-    env.update(
-        AIRFLOW_HOME=str(airflow_home),
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        AIRFLOW__CORE__DAGS_FOLDER=str(DAG_FOLDER),
-        # Nothing here should touch a DB; if something did, it would be this empty file.
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{airflow_home / 'airflow.db'}",
-    )
-    return env
-
-
 @pytest.fixture(scope="module")
 def airflow_python() -> Path:
-    """.venv-airflow's interpreter; the set-up script is a no-op while the venv matches the pins."""
-    env = dict(os.environ, PYTHON=os.environ.get("PYTHON") or getattr(sys, "_base_executable", sys.executable))
-    env.pop("VIRTUAL_ENV", None)
-    setup = subprocess.run(["bash", str(SETUP)], env=env, capture_output=True, text=True, timeout=1800)
-    assert setup.returncode == 0, f"{SETUP} failed:\n{setup.stdout}\n{setup.stderr}"
-    return VENV / "bin" / "python"
+    return airflow_venv.airflow_python()
 
 
 def _probe(airflow_python: Path, tmp_path: Path, **extra_env: str) -> dict:
-    env = _clean_env(tmp_path)
+    env = airflow_venv.clean_env(tmp_path)
     env.update(extra_env)
     proc = subprocess.run(
         [str(airflow_python), str(PROBE), str(DAG_FOLDER), DAG_ID, LOGICAL_DATE],
@@ -162,7 +134,7 @@ def test_operator_arguments_as_written(dag_defaults):
             "application": f"{artefacts}/jobs/{stage}.py",
             "application_args": ["--conf", job_conf, "--run-id", "daily-{{ ds_nodash }}",
                                  *_day_args(stage, "{{ ds }}", WINDOW_START)],
-            "py_files": f"{artefacts}/clickeval_spark.zip",
+            "py_files": None,
             "archives": None,
             "files": f"{artefacts}/clickeval.pex,{artefacts}/conf/{conf_name}",
             "packages": f"{{{{ var.value.get('clickeval_packages', '{DELTA}') }}}}",
@@ -181,7 +153,7 @@ def test_rendered_arguments_with_default_variables(dag_defaults):
             "application": f"{DEFAULT_ARTEFACTS}/jobs/{stage}.py",
             "application_args": ["--conf", "cluster.yaml", "--run-id", RUN_ID,
                                  *_day_args(stage, LOGICAL_DATE, "2026-11-22")],
-            "py_files": f"{DEFAULT_ARTEFACTS}/clickeval_spark.zip",
+            "py_files": None,
             "archives": None,
             "files": f"{DEFAULT_ARTEFACTS}/clickeval.pex,{DEFAULT_ARTEFACTS}/conf/cluster.yaml",
             "packages": DELTA,
@@ -199,7 +171,6 @@ def test_spark_submit_command_with_default_variables(dag_defaults):
             "--conf", "spark.pyspark.python=./clickeval.pex",
             "--conf", "spark.pyspark.driver.python=./clickeval.pex",
             "--files", f"{DEFAULT_ARTEFACTS}/clickeval.pex,{DEFAULT_ARTEFACTS}/conf/cluster.yaml",
-            "--py-files", f"{DEFAULT_ARTEFACTS}/clickeval_spark.zip",
             "--packages", DELTA,
             "--name", f"clickeval-{stage}-20261128",
             "--deploy-mode", "cluster",
@@ -219,7 +190,6 @@ def test_variables_override_every_setting(dag_overridden):
             "--conf", "spark.pyspark.python=./clickeval.pex",
             "--conf", "spark.pyspark.driver.python=/opt/clickeval/dist/clickeval.pex",
             "--files", f"{art}/clickeval.pex,{art}/conf/prod.yaml",
-            "--py-files", f"{art}/clickeval_spark.zip",
             "--packages", "io.delta:delta-spark_2.13:4.0.2",
             "--name", f"clickeval-{stage}-20261128",
             "--queue", "search",
