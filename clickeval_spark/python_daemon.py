@@ -9,7 +9,7 @@ file changed (mtime, ctime, size or inode), not on every call. Then it runs ``py
 
 Used as ``spark.python.daemon.module`` (`clickeval_spark.session.build_session` sets it for the embedded
 mode, where the workers run this venv's Python). The module must be importable by the executors'
-Python: on a cluster, set it in the config only when they run the packed venv (deploy/package.sh).
+Python: on a cluster, set it in the config only when they run the PEX (deploy/package.sh).
 """
 
 from __future__ import annotations

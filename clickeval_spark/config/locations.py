@@ -33,7 +33,7 @@ def is_uri(location: str) -> bool:
 
 def resolve_location(location: str) -> str:
     """A relative path is relative to the current working directory (not to the package, which may
-    sit inside a zip or a packed venv); URIs (s3a://, abfss://, file:/) and absolute paths pass."""
+    sit inside a zip or a PEX); URIs (s3a://, abfss://, file:/) and absolute paths pass."""
     if is_uri(location) or os.path.isabs(location):
         return location
     return os.path.abspath(location)
