@@ -7,18 +7,27 @@ whatever the session is configured with: Hive's metastore (`spark.sql.catalogImp
 through a Hive client, Unity (`catalog.schema`). spark-sql, the Thrift server (JDBC, BI tools) and
 notebooks then query `clickeval.metrics`; the Delta log stays the table's truth, so delta-rs and DuckDB read
 the same paths. Registration is idempotent: a stage registers its tables after it writes them.
+
+Time travel (`metrics VERSION AS OF 3`, `TIMESTAMP AS OF '2024-05-01'`): Delta's catalog resolves it on the
+catalog's tables. Spark refuses it on any view, so on the temp views `with_time_travel` (and `sql`) puts a
+temp view of that version of the table, read by Delta, in place of the relation.
 """
 
 from __future__ import annotations
 
+import re
+from typing import Callable
+
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from clickeval_spark import tables
 from clickeval_spark.errors import ClickevalError
 
 BY_RANK_VIEW = "click_predictions_by_rank"
+_ANALYSIS = "org.apache.spark.sql.catalyst.analysis."
+_NOT_WORD = re.compile(r"\W")
 # the columns click_predictions holds one array element per rank of; the others are the view's keys
 _PER_RANK = ("clicks", "p_click_cond", "p_click")
 _KEYS = ", ".join(f.name for f in tables.CLICK_PREDICTIONS.fields if f.name not in _PER_RANK)
@@ -46,6 +55,97 @@ def register_temp_views(spark: SparkSession, warehouse: str) -> list[str]:
                 spark.sql(BY_RANK_TEMP_VIEW_SQL)
                 registered.append(BY_RANK_VIEW)
     return registered
+
+
+def with_time_travel(spark: SparkSession, warehouse: str, statement: str,
+                     check: Callable[[str], None] | None = None) -> str:
+    """The statement with each `<table> VERSION | TIMESTAMP AS OF x` over a temp view of one of the tables (as
+    register_temp_views makes them) replaced by a temp view of that version of the table; the same text when
+    there is none. The relation's place in the text is the parser's own (its origin), never a text search.
+    A timestamp is an expression without subqueries, as Spark requires: evaluated by a query, which `check`
+    (clickeval sql's read-only check) is given before it runs."""
+    jsession = spark._jsparkSession
+    plan = jsession.sessionState().sqlParser().parsePlan(statement)
+    session_catalog = jsession.sessionState().catalog()
+    edits, ctes = [], _cte_names(plan)
+    for travel, aliased in _time_travels(plan):
+        relation = travel.relation()
+        if relation.getClass().getName() != _ANALYSIS + "UnresolvedRelation":
+            continue   # IDENTIFIER(...) VERSION AS OF: left to Spark
+        parts = _strings(relation.multipartIdentifier())
+        # a table's temp view; a CTE of a table's name is the CTE
+        if len(parts) != 1 or parts[0].lower() not in tables.SCHEMAS or parts[0].lower() in ctes \
+                or not session_catalog.getRawTempView(parts[0]).isDefined():
+            continue
+        table, reader = parts[0].lower(), spark.read.format("delta")
+        if travel.version().isDefined():
+            version = travel.version().get()
+            view, reader = f"{table}_version_{_NOT_WORD.sub('_', version)}", reader.option("versionAsOf", version)
+        else:
+            timestamp, micros = _timestamp(spark, statement, travel.timestamp().get(), check)
+            view, reader = f"{table}_as_of_{micros}".replace("-", "_"), reader.option("timestampAsOf", timestamp)
+        reader.load(tables.table_path(warehouse, table)).createOrReplaceTempView(view)
+        # the view under the name's own alias (columns qualified `metrics.value`), unless the query gave one
+        edits.append((relation.origin().startIndex().get(), travel.origin().stopIndex().get(),
+                      view if aliased else f"{view} AS `{parts[0]}`"))
+    for start, stop, text in sorted(edits, reverse=True):
+        statement = statement[:start] + text + statement[stop + 1:]
+    return statement
+
+
+def sql(spark: SparkSession, warehouse: str, statement: str) -> DataFrame:
+    """`spark.sql` over the temp views of register_temp_views, time travel included."""
+    return spark.sql(with_time_travel(spark, warehouse, statement))
+
+
+def _strings(seq) -> list[str]:
+    it, out = seq.iterator(), []
+    while it.hasNext():
+        out.append(it.next())
+    return out
+
+
+def _time_travels(plan, aliased: bool = False):
+    """(RelationTimeTravel, whether an alias names it) of every time travel in the parsed plan: its nodes and
+    their inner children (CTE definitions, subquery plans)."""
+    name = plan.getClass().getName()
+    if name == _ANALYSIS + "RelationTimeTravel":
+        yield plan, aliased
+        return
+    alias = name == "org.apache.spark.sql.catalyst.plans.logical.SubqueryAlias"
+    for seq in (plan.children(), plan.innerChildren()):
+        for i in range(seq.size()):
+            yield from _time_travels(seq.apply(i), alias)
+
+
+def _cte_names(plan) -> set[str]:
+    """The names the statement's WITH clauses define, lower case."""
+    names = set()
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        if node.getClass().getName() == _ANALYSIS + "UnresolvedWith":
+            it = node.cteRelations().iterator()
+            while it.hasNext():
+                names.add(it.next()._1().lower())
+        for seq in (node.children(), node.innerChildren()):
+            stack.extend(seq.apply(i) for i in range(seq.size()))
+    return names
+
+
+def _timestamp(spark: SparkSession, statement: str, expr, check: Callable[[str], None] | None) -> tuple[str, int]:
+    """A TIMESTAMP AS OF expression's value: as a timestamp string of the session's time zone, and in
+    microseconds since the epoch."""
+    if spark._jvm.org.apache.spark.sql.catalyst.expressions.SubqueryExpression.hasSubquery(expr):
+        raise ClickevalError("TIMESTAMP AS OF takes an expression without subqueries")
+    text = statement[expr.origin().startIndex().get():expr.origin().stopIndex().get() + 1]
+    query = f"SELECT CAST(t AS STRING) AS ts, unix_micros(t) AS micros FROM (SELECT CAST(({text}) AS TIMESTAMP) AS t)"
+    if check:
+        check(query)
+    row = spark.sql(query).first()
+    if row["ts"] is None:
+        raise ClickevalError(f"TIMESTAMP AS OF {text} is NULL")
+    return row["ts"], row["micros"]
 
 
 def namespace(spark: SparkSession, database: str) -> str:

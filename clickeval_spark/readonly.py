@@ -12,6 +12,13 @@ given. So a query must call only Spark's built-in functions, and no Java reflect
 name on the parsed plan, then by expression class on the analyzed plan (which also holds views'
 definitions and names given by IDENTIFIER). Analysis resolves names, types and views; of built-in
 functions it runs nothing.
+
+A statement reads tables by name only. Spark reads a data source's name before a path (text.`/etc/passwd`,
+delta.`/any/table`) as the files at that path: `clickeval sql` turns that off with Spark's own switch
+(spark.sql.runSQLOnFiles false), and refuses such a relation, and Delta's DESCRIBE HISTORY | DETAIL
+'<path>', by its name on the parsed plan, before anything looks at the path: the refusal is the same
+whether the path exists or not. `IDENTIFIER('<name>')` is checked as the plan it builds, the way
+Spark's analysis builds it.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ _COMMAND = "org.apache.spark.sql.execution.command."
 _EXPRESSIONS = "org.apache.spark.sql.catalyst.expressions."
 
 # read-only statements that are commands: SHOW, DESCRIBE (incl. Delta's HISTORY and DETAIL), EXPLAIN
-# (which plans its statement without running it). What they name is not checked further.
+# (which plans its statement without running it). What they name is checked for paths only.
 READ_ONLY_COMMANDS = frozenset(
     [_LOGICAL + n for n in ("ShowTables", "ShowTablesExtended", "ShowViews", "ShowColumns", "ShowNamespaces",
                             "ShowFunctions", "ShowTableProperties", "ShowPartitions", "ShowCreateTable",
@@ -65,6 +72,15 @@ SQL_FUNCTIONS = frozenset(
     + [_LOGICAL + "SQLFunctionNode"]
 )
 SCALA_GENERATOR = _EXPRESSIONS + "UserDefinedGenerator"
+# IDENTIFIER('<name>') in place of a name: a node that builds its plan (a relation, or a whole statement) from the name
+PLAN_WITH_IDENTIFIER = _ANALYSIS + "PlanWithUnresolvedIdentifier"
+# relations named by parts: `<data source>.`<path>`` (and `spark_catalog.delta.`<path>``) is a read of files by path
+NAMED_RELATIONS = frozenset(_ANALYSIS + n for n in ("UnresolvedRelation", "UnresolvedTable", "UnresolvedView",
+                                                   "UnresolvedTableOrView"))
+# Delta's commands on a path given as a string: DESCRIBE HISTORY '<path>', DESCRIBE DETAIL '<path>'
+DELTA_PATH_RELATIONS = frozenset("org.apache.spark.sql.delta." + n for n in (
+    "UnresolvedPathBasedDeltaTable", "UnresolvedPathBasedTable", "UnresolvedPathBasedDeltaTableRelation"))
+PATH_READ = "read of files by path"
 SCRIPT = _LOGICAL + "ScriptTransformation"
 _BUILTIN_QUALIFIERS = ((), ("builtin",), ("system", "builtin"))
 
@@ -78,12 +94,29 @@ def parse_plan(spark: SparkSession, statement: str):
         raise ClickevalError(f"query failed: {first}") from None
 
 
-def _nodes(plan):
+def _identified(spark: SparkSession, plan):
+    """The plan an IDENTIFIER clause builds from a literal name, as Spark's analysis builds it (the name parsed
+    into parts, given to the parser's builder); the plan itself for any other node, or another expression."""
+    if plan.getClass().getName() != PLAN_WITH_IDENTIFIER:
+        return plan
+    expr = plan.identifierExpr()
+    if expr.getClass().getName() != _EXPRESSIONS + "Literal" or expr.dataType().typeName() != "string" \
+            or expr.value() is None:
+        return plan
+    try:
+        parts = spark._jsparkSession.sessionState().sqlParser().parseMultipartIdentifier(expr.value().toString())
+    except PySparkException:
+        return plan
+    return plan.planBuilder().apply(parts, plan.children())
+
+
+def _nodes(spark: SparkSession, plan):
     """The plan's nodes depth-first: children, and inner children (CTE definitions, subquery plans)."""
+    plan = _identified(spark, plan)
     yield plan
     for seq in (plan.children(), plan.innerChildren()):
         for i in range(seq.size()):
-            yield from _nodes(seq.apply(i))
+            yield from _nodes(spark, seq.apply(i))
 
 
 class _Trees:
@@ -92,6 +125,7 @@ class _Trees:
     (`WINDOW w AS (...)`, a Map), subquery plans and the replacement of a RuntimeReplaceable."""
 
     def __init__(self, spark: SparkSession):
+        self._spark = spark
         jvm = spark._jvm
         self._bases = [(kind, jvm.java.lang.Class.forName(name)) for kind, name in (
             ("node", "org.apache.spark.sql.catalyst.trees.TreeNode"), ("seq", "scala.collection.Iterable"),
@@ -118,6 +152,11 @@ class _Trees:
             if not isinstance(obj, JavaObject):  # None, or a value py4j converted: str, int, bool
                 continue
             name, kind, user_defined = self.kind(obj)
+            if name == PLAN_WITH_IDENTIFIER:  # its fields hold a name and a builder: walk what it builds
+                built = _identified(self._spark, obj)
+                if built is not obj:
+                    stack.append(built)
+                    continue
             if kind == "node":
                 yield name, obj, user_defined
             if kind in ("node", "tuple"):
@@ -173,6 +212,35 @@ def _not_builtin(spark: SparkSession, parts: list[str], table: bool) -> str | No
     return None
 
 
+def _path_read(spark: SparkSession, trees: _Trees, plan) -> str | None:
+    """What names files by a path anywhere in the parsed plan (queries, subqueries, CTEs, EXPLAIN's and
+    DESCRIBE's relations), decided from the names alone: None when nothing does."""
+    sources: dict[str, bool] = {}
+    for name, node, _ in trees.walk(plan):
+        if name in DELTA_PATH_RELATIONS:
+            return f"{PATH_READ} ('<path>' given to Delta)"
+        if name in NAMED_RELATIONS:
+            parts = _strings(node.multipartIdentifier())
+            if len(parts) >= 2 and _is_data_source(spark, parts[-2], sources):
+                return f"{PATH_READ} ({parts[-2]}.`<path>`)"
+    return None
+
+
+def _is_data_source(spark: SparkSession, name: str, seen: dict[str, bool]) -> bool:
+    """Whether Spark takes `name` for a data source, as it does before a path (text, binaryFile, delta, a class
+    name), also one it knows but cannot load here (avro, kafka without their modules)."""
+    if name not in seen:
+        conf = spark._jsparkSession.sessionState().conf()
+        try:
+            spark._jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(name, conf)
+            seen[name] = True
+        except PySparkException as exc:  # AnalysisException: a known source whose module is missing
+            seen[name] = exc.getCondition() != "DATA_SOURCE_NOT_FOUND"
+        except Py4JJavaError as exc:  # SparkClassNotFoundException: no such source
+            seen[name] = exc.java_exception.getCondition() != "DATA_SOURCE_NOT_FOUND"
+    return seen[name]
+
+
 def _analyzed(spark: SparkSession, plan):
     """The analyzed plan (names, types and views resolved; nothing run), or None when analysis fails."""
     state = spark._jsparkSession.sessionState()
@@ -185,12 +253,17 @@ def _analyzed(spark: SparkSession, plan):
 
 
 def not_read_only(spark: SparkSession, statement: str) -> str | None:
-    """None for a query of built-in functions or a read-only command; else what makes it something else:
-    the plan node that is not part of a query, or the call that runs code of its own."""
-    plan = parse_plan(spark, statement)
+    """None for a query of built-in functions over tables by name, or a read-only command; else what makes it
+    something else: a read of files by path (PATH_READ ...), the plan node that is not part of a query, or
+    the call that runs code of its own. Run it with spark.sql.runSQLOnFiles false, as the statement runs."""
+    plan = _identified(spark, parse_plan(spark, statement))
+    trees = _Trees(spark)
+    path_read = _path_read(spark, trees, plan)
+    if path_read:
+        return path_read
     if plan.getClass().getName() in READ_ONLY_COMMANDS:
         return None
-    for node in _nodes(plan):
+    for node in _nodes(spark, plan):
         if node.getClass().getName() not in QUERY_NODES:
             return node.getClass().getSimpleName()
     # Two checks. By name, on the parsed plan, before analysis (which runs a Python UDTF's `analyze`): every
@@ -198,7 +271,6 @@ def not_read_only(spark: SparkSession, statement: str) -> str | None:
     # reflection. An allow-list, so a UDF of any kind, a SQL function or a persistent function is refused
     # without being listed here. By class, on the analyzed plan: what the parsed plan shows no name for (a
     # view's definition, IDENTIFIER('reflect')(...)) must resolve to no reflection and no user-defined function.
-    trees = _Trees(spark)
     for parts, table in _called_functions(trees, plan):
         why = _not_builtin(spark, parts, table)
         if why:

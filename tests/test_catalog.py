@@ -16,9 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 from chispa import assert_df_equality
+from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
+from pyspark.sql import functions as F
 
 from clickeval_spark import tables
-from clickeval_spark.catalog import check_locations, register_in_catalog, register_temp_views
+from clickeval_spark.catalog import check_locations, register_in_catalog, register_temp_views, sql, with_time_travel
 from clickeval_spark.config import AppConfig, CatalogConfig, IngestConfig, TablesConfig
 from clickeval_spark.context import StageContext
 from clickeval_spark.errors import ClickevalError
@@ -122,6 +125,56 @@ def test_a_stage_registers_what_it_wrote_and_sql_resolves_through_the_catalog(sp
     finally:
         spark.sql("USE default")
         spark.sql("DROP DATABASE IF EXISTS ce_stage CASCADE")
+
+
+def test_time_travel_on_the_temp_views_and_on_the_catalogs_tables(spark, tmp_path, capsys):
+    """VERSION AS OF and TIMESTAMP AS OF give that version's rows: on the temp views through `catalog.sql`
+    (Spark refuses time travel on a view), on the catalog's external tables natively, and through `clickeval
+    sql` in both modes."""
+    warehouse = str(tmp_path / "wh")
+    _fill(spark, warehouse)
+    later = [(RUN, "pbm", "d", "test", "LL", None, -0.125, 10, -0.2, -0.1, None)]
+    tables.replace_slice(spark.createDataFrame(later, tables.METRICS), warehouse, "metrics", {"run_id": RUN}, RUN)
+    history = (DeltaTable.forPath(spark, tables.table_path(warehouse, "metrics")).history(2)
+               .select("version", F.col("timestamp").cast("string").alias("ts")).orderBy("version").collect())
+    (old, old_ts), (new, _) = [(r["version"], r["ts"]) for r in history]
+    old_rows, new_rows = [("dbn", -0.5), ("pbm", -0.25)], [("pbm", -0.125)]
+
+    def rows(df):
+        return [(r["model"], r["value"]) for r in df.collect()]
+
+    def printed(statement, database=None):
+        conf = tmp_path / "c.yaml"
+        conf.write_text(yaml.safe_dump({"spark": {"warehouse": warehouse, "conf": {}},
+                                        **({"tables": {"catalog": {"database": database}}} if database else {})}))
+        capsys.readouterr()
+        assert sql_job.main(["--conf", str(conf), statement]) == 0, capsys.readouterr().err
+        return [tuple(c.strip() for c in line.split("|")[1:-1]) for line in capsys.readouterr().out.splitlines()
+                if line.startswith("|")][1:]
+
+    query = "SELECT model, value FROM metrics {} ORDER BY model"
+    register_temp_views(spark, warehouse)
+    with pytest.raises(AnalysisException, match="TIME_TRAVEL"):   # what with_time_travel is for
+        spark.sql(query.format(f"VERSION AS OF {old}")).collect()
+    assert rows(sql(spark, warehouse, query.format(f"VERSION AS OF {old}"))) == old_rows
+    assert rows(sql(spark, warehouse, query.format(f"VERSION AS OF {new}"))) == new_rows
+    assert rows(sql(spark, warehouse, query.format(f"TIMESTAMP AS OF '{old_ts}'"))) == old_rows
+    assert rows(sql(spark, warehouse, query.format(""))) == new_rows
+    assert printed(query.format(f"VERSION AS OF {old}")) == [("dbn", "-0.5"), ("pbm", "-0.25")]
+    try:
+        register_in_catalog(spark, warehouse, "ce_travel")
+        in_catalog = "SELECT model, value FROM ce_travel.metrics {} ORDER BY model"
+        # Delta's catalog resolves it on the external table; nothing to rewrite
+        assert with_time_travel(spark, warehouse, in_catalog.format(f"VERSION AS OF {old}")) == \
+            in_catalog.format(f"VERSION AS OF {old}")
+        assert rows(spark.sql(in_catalog.format(f"VERSION AS OF {old}"))) == old_rows
+        assert rows(spark.sql(in_catalog.format(f"TIMESTAMP AS OF '{old_ts}'"))) == old_rows
+        assert rows(spark.sql(in_catalog.format(""))) == new_rows
+        assert printed(query.format(f"TIMESTAMP AS OF '{old_ts}'"), "ce_travel") == [("dbn", "-0.5"), ("pbm", "-0.25")]
+        assert printed(query.format(f"VERSION AS OF {new}"), "ce_travel") == [("pbm", "-0.125")]
+    finally:
+        spark.sql("USE default")
+        spark.sql("DROP DATABASE IF EXISTS ce_travel CASCADE")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Issue 15: `clickeval sql` runs queries only (Spark's parser decides, not the text), unless --allow-writes.
-Issue 39: and a query calls only Spark's built-in functions, never Java reflection."""
+Issue 39: and a query calls only Spark's built-in functions, never Java reflection.
+Issue 54: and reads the warehouse's tables by name, never files by path; IDENTIFIER and time travel work."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 
 import pytest
 from delta.tables import DeltaTable
+from pyspark.sql import functions as F
 from pyspark.sql.functions import udtf
 
 from clickeval_spark import tables
@@ -59,6 +61,9 @@ def _state(spark, warehouse) -> tuple[int, int]:
     ("EXECUTE IMMEDIATE 'DELETE FROM serps'", "ExecuteImmediateQuery"),
     ("SELECT TRANSFORM(serp_id) USING 'cat' AS (x) FROM serps", "ScriptTransformation"),
     ("INSERT OVERWRITE DIRECTORY '/tmp/clickeval-ro' USING parquet SELECT 1", "InsertIntoDir"),
+    # IDENTIFIER('serps') is checked as the statement it builds
+    ("INSERT INTO IDENTIFIER('serps') SELECT * FROM serps", "InsertIntoStatement"),
+    ("DROP TABLE IDENTIFIER('serps')", "DropTable"),
 ])
 def test_statements_that_are_not_queries_are_refused(spark, filled, capsys, statement, kind):
     warehouse, conf = filled
@@ -172,6 +177,9 @@ def test_functions_that_are_not_spark_built_ins_are_refused(spark, filled, capsy
     ("EXPLAIN SELECT * FROM serps", "== Physical Plan =="),
     ("EXPLAIN DELETE FROM serps", "== Physical Plan =="),  # planned, not run
     ("EXPLAIN SELECT reflect('java.lang.System', 'setProperty', 'clickeval.ro', '1')", "== Physical Plan =="),
+    ("SELECT serp_id FROM IDENTIFIER('serps') ORDER BY 1 LIMIT 1", "|s0-1   |"),
+    ("SELECT count(*) AS n FROM serps s JOIN IDENTIFIER('serps') t USING (serp_id)", "|3  |"),
+    ("DESCRIBE IDENTIFIER('serps')", "|serp_id      |string       |NULL   |"),
 ])
 def test_queries_and_read_only_commands_run(spark, filled, capsys, statement, shown):
     warehouse, conf = filled
@@ -181,6 +189,141 @@ def test_queries_and_read_only_commands_run(spark, filled, capsys, statement, sh
     assert rc == 0 and shown in out, out
     assert _state(spark, warehouse) == before
     assert spark._jvm.java.lang.System.getProperty("clickeval.ro") is None  # EXPLAIN reflect(...) ran nothing
+
+
+SECRET = "clickeval-secret-line"
+PATH_RULE = ("clickeval sql: error: refused: the statement makes a read of files by path ({}); clickeval sql "
+             "reads only the warehouse's tables, by their names, unless --allow-writes is given")
+
+
+@pytest.fixture(scope="module")
+def secret(tmp_path_factory) -> tuple[str, str]:
+    """A file outside the warehouse, and a path next to it that does not exist."""
+    folder = tmp_path_factory.mktemp("outside")
+    (folder / "secret.txt").write_text(f"{SECRET}\n")
+    return str(folder / "secret.txt"), str(folder / "missing.txt")
+
+
+def _run(conf, capsys, statement) -> tuple[int, str, list[str]]:
+    rc = sql_job.main(["--conf", conf, statement])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err.strip().splitlines()
+
+
+@pytest.mark.parametrize("source", ["text", "csv", "json", "parquet", "orc", "avro", "binaryFile", "delta",
+                                    "BinaryFile", "org.apache.spark.sql.parquet"])   # names as Spark takes them
+def test_reading_files_by_path_is_refused_alike_for_existing_and_missing_paths(spark, filled, capsys, secret,
+                                                                               source):
+    warehouse, conf = filled
+    before = _state(spark, warehouse)
+    for path in secret:
+        rc, out, err = _run(conf, capsys, f"SELECT * FROM `{source}`.`{path}`")
+        assert (rc, err) == (2, [PATH_RULE.format(f"{source}.`<path>`")]), (path, err)
+        assert SECRET not in out
+    assert _state(spark, warehouse) == before
+    assert spark.conf.get("spark.sql.runSQLOnFiles") == "true"   # the test session's own setting, put back
+
+
+@pytest.mark.parametrize("template,shown", [
+    # a path wherever a relation goes: a subquery, a CTE, a 3-part name, a name given by IDENTIFIER
+    ("SELECT serp_id FROM serps WHERE serp_id IN (SELECT value FROM text.`{}`)", "text.`<path>`"),
+    ("WITH c AS (SELECT * FROM json.`{}`) SELECT * FROM c", "json.`<path>`"),
+    ("SELECT * FROM spark_catalog.delta.`{}`", "delta.`<path>`"),
+    ("SELECT * FROM IDENTIFIER('text.`{}`')", "text.`<path>`"),
+    ("SELECT * FROM delta.`{}` VERSION AS OF 0", "delta.`<path>`"),
+    # read-only commands name relations too
+    ("DESCRIBE json.`{}`", "json.`<path>`"),
+    ("SHOW COLUMNS IN csv.`{}`", "csv.`<path>`"),
+    ("EXPLAIN SELECT * FROM text.`{}`", "text.`<path>`"),
+    ("DESCRIBE HISTORY '{}'", "'<path>' given to Delta"),
+    ("DESCRIBE DETAIL '{}'", "'<path>' given to Delta"),
+])
+def test_paths_are_refused_in_every_place_a_relation_goes(spark, filled, capsys, secret, template, shown):
+    _, conf = filled
+    for path in secret:
+        rc, out, err = _run(conf, capsys, template.format(path))
+        assert (rc, err) == (2, [PATH_RULE.format(shown)]), (path, err)
+        assert SECRET not in out
+
+
+def test_a_warehouse_table_by_path_is_refused_too(spark, filled, capsys):
+    warehouse, conf = filled
+    for path in (tables.table_path(warehouse, "serps"), tables.table_path(warehouse, "nothing")):
+        rc, out, err = _run(conf, capsys, f"SELECT count(*) FROM delta.`{path}`")
+        assert (rc, err) == (2, [PATH_RULE.format("delta.`<path>`")]), err
+
+
+def test_a_view_over_a_file_reads_nothing(spark, filled, capsys, tmp_path):
+    """What the plan check cannot see by name (a session's view defined over a path) Spark's switch stops:
+    spark.sql.runSQLOnFiles is false while `clickeval sql` runs, so the path is not even looked at: the same
+    error with the file there and with it gone."""
+    _, conf = filled
+    secret_file = tmp_path / "secret.txt"
+    secret_file.write_text(f"{SECRET}\n")
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW file_view AS SELECT * FROM text.`{secret_file}`")
+    try:
+        assert spark.table("file_view").first()[0] == SECRET   # the view reads the file outside `clickeval sql`
+        errors = []
+        for _ in ("there", "gone"):
+            rc, out, err = _run(conf, capsys, "SELECT * FROM file_view")
+            assert rc == 2 and SECRET not in out, err
+            errors.append(err)
+            secret_file.unlink(missing_ok=True)
+    finally:
+        spark.sql("DROP VIEW IF EXISTS file_view")
+    assert errors[0] == errors[1] and len(errors[0]) == 1 and errors[0][0].startswith(
+        "clickeval sql: error: query failed: [TABLE_OR_VIEW_NOT_FOUND] The table or view `text`.")
+    assert spark.conf.get("spark.sql.runSQLOnFiles") == "true"
+
+
+@pytest.fixture(scope="module")
+def travelled(spark, tmp_path_factory):
+    """serps written twice: 3 SERPs s*-1, then the same slice replaced by 2 SERPs n*-1; the two versions and
+    their commit timestamps (as the session's time zone writes them)."""
+    warehouse, conf = _fill(spark, tmp_path_factory.mktemp("travel"))
+    rows = [{"dataset": "d", "split": "test", "session_id": f"n{i}", "serp_id": f"n{i}-1", "serp_pos": 1,
+             "query_id": "q2", "doc_ids": ["c"], "vtypes": None, "clicks": [1], "log_date": None,
+             "ingest_run_id": "ro-2"} for i in range(2)]
+    tables.replace_slice(spark.createDataFrame(rows, tables.SERPS), warehouse, "serps", {"dataset": "d"}, "ro-2")
+    history = (DeltaTable.forPath(spark, tables.table_path(warehouse, "serps")).history(2)
+               .select("version", F.col("timestamp").cast("string").alias("ts")).orderBy("version").collect())
+    (old, old_ts), (new, new_ts) = [(r["version"], r["ts"]) for r in history]
+    return conf, {"old": old, "old_ts": old_ts, "new": new, "new_ts": new_ts}
+
+
+OLD_SERPS, NEW_SERPS = ["s0-1", "s1-1", "s2-1"], ["n0-1", "n1-1"]
+
+
+@pytest.mark.parametrize("template,expected", [
+    ("SELECT serp_id FROM serps VERSION AS OF {old} ORDER BY 1", OLD_SERPS),
+    ("SELECT serp_id FROM serps VERSION AS OF {new} ORDER BY 1", NEW_SERPS),
+    ("SELECT serp_id FROM serps ORDER BY 1", NEW_SERPS),
+    ("SELECT serp_id FROM serps TIMESTAMP AS OF '{old_ts}' ORDER BY 1", OLD_SERPS),
+    ("SELECT serp_id FROM serps TIMESTAMP AS OF '{new_ts}' ORDER BY 1", NEW_SERPS),
+    ("SELECT serp_id FROM serps FOR SYSTEM_TIME AS OF to_timestamp('{old_ts}') ORDER BY 1", OLD_SERPS),
+    # the table's name and an alias still qualify its columns
+    ("SELECT serps.serp_id FROM serps VERSION AS OF {old} ORDER BY 1", OLD_SERPS),
+    ("SELECT s.serp_id FROM serps VERSION AS OF {old} AS s ORDER BY 1", OLD_SERPS),
+    # both versions in one query, the older one in a subquery: what the newer write dropped
+    ("SELECT serp_id FROM serps VERSION AS OF {old} WHERE serp_id NOT IN "
+     "(SELECT serp_id FROM serps VERSION AS OF {new}) ORDER BY 1", OLD_SERPS),
+    ("WITH o AS (SELECT * FROM serps TIMESTAMP AS OF '{old_ts}') SELECT serp_id FROM o ORDER BY 1", OLD_SERPS),
+])
+def test_time_travel_reads_that_version(spark, capsys, travelled, template, expected):
+    conf, versions = travelled
+    rc, out, err = _run(conf, capsys, template.format(**versions))
+    assert rc == 0, err
+    assert [line.strip("| ") for line in out.splitlines() if line.startswith("|")][1:] == expected, out
+
+
+def test_time_travel_timestamps_are_checked_like_the_query(spark, capsys, travelled):
+    conf, _ = travelled
+    rc, _, err = _run(conf, capsys, "SELECT * FROM serps TIMESTAMP AS OF "
+                                    "IDENTIFIER('reflect')('java.lang.System', 'setProperty', 'clickeval.ro', '1')")
+    assert (rc, err) == (2, ["clickeval sql: error: refused: the query makes a call to reflect (Java reflection); "
+                             "clickeval sql runs only Spark's built-in functions, without Java reflection, unless "
+                             "--allow-writes is given"])
+    assert spark._jvm.java.lang.System.getProperty("clickeval.ro") is None
 
 
 def test_a_syntax_error_is_one_line(spark, filled, capsys):
