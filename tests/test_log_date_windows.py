@@ -30,7 +30,7 @@ from clickeval_spark.runtime import load
 from tests.sources.helpers import rules, run, write
 from tests.sources.test_tiangong import _interaction
 
-# minutes of Spark: `make test-fast` leaves it out (README: Tests)
+# minutes of Spark: `make test-fast` leaves it out (docs/development.md)
 pytestmark = pytest.mark.slow
 
 LOCAL = PROJECT_ROOT / "conf" / "local.yaml"

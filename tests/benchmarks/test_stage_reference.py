@@ -21,7 +21,7 @@ from clickeval_spark.metrics.evaluate import MetricOptions
 from clickeval_spark.models import get_model
 from tests.reliability import _pipeline as P
 
-# minutes of Spark: `make test-fast` leaves it out (README: Tests)
+# minutes of Spark: `make test-fast` leaves it out (docs/development.md)
 pytestmark = pytest.mark.slow
 
 

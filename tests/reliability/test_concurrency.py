@@ -23,7 +23,7 @@ from clickeval_spark.tables import retries
 from clickeval_spark.runs import recorded_run
 from tests.reliability import _pipeline as P
 
-# minutes of Spark: `make test-fast` leaves it out (README: Tests)
+# minutes of Spark: `make test-fast` leaves it out (docs/development.md)
 pytestmark = pytest.mark.slow
 
 

@@ -16,7 +16,7 @@ import pytest
 from clickeval_spark import tables
 from tests.reliability import _pipeline as P
 
-# minutes of Spark: `make test-fast` leaves it out (README: Tests)
+# minutes of Spark: `make test-fast` leaves it out (docs/development.md)
 pytestmark = pytest.mark.slow
 
 RUN = "crash-1"

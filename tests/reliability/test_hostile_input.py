@@ -34,7 +34,7 @@ from jobs import ingest as ingest_job
 from tests.sources.helpers import rules, run, write
 from tests.sources.test_tiangong import _interaction
 
-# minutes of Spark: `make test-fast` leaves it out (README: Tests)
+# minutes of Spark: `make test-fast` leaves it out (docs/development.md)
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]

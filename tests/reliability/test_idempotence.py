@@ -16,7 +16,7 @@ from clickeval_spark.stages import STAGES
 from clickeval_spark.config import load_config
 from tests.reliability import _pipeline as P
 
-# minutes of Spark: `make test-fast` leaves it out (README: Tests)
+# minutes of Spark: `make test-fast` leaves it out (docs/development.md)
 pytestmark = pytest.mark.slow
 
 
