@@ -74,14 +74,24 @@ _BASELINE_FILES = frozenset({
 # standalone run took the last 8 minutes with few other tests left to share the machine. Longest first,
 # the short files fill in around the long ones at the end.
 _LONG_SCOPES = (
-    "reliability-baseline", "tests/cluster/test_standalone_pipeline.py", "tests/reliability/test_hostile_input.py",
+    "standalone-cluster", "reliability-baseline", "tests/reliability/test_hostile_input.py",
     "tests/test_log_date_windows.py", "tests/test_stages_trec.py", "tests/deploy/test_airflow_dag.py",
     "tests/cluster/test_em_faults.py",
 )
 
 
+# Test files that submit deploy/package.sh's artefacts to the standalone cluster (session fixtures of
+# tests/cluster/conftest.py: a minute to build, a minute to start): one xdist worker builds them once.
+_STANDALONE_FILES = frozenset({
+    "tests/cluster/test_airflow_daily.py", "tests/cluster/test_standalone_pipeline.py",
+    "tests/cluster/test_other_python_path.py",
+})
+
+
 def _scope(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
+    if path in _STANDALONE_FILES:
+        return "standalone-cluster"
     return "reliability-baseline" if path in _BASELINE_FILES else path
 
 
@@ -96,8 +106,8 @@ _FIRST_CASE_IN_FAST = frozenset({
     "tests/metrics/test_external.py::test_per_serp_predictions_are_held_to_the_same_rules",
     "tests/metrics/test_external.py::test_scores_rules",
     # per model; test_models_predicted_together_match_each_kernel checks every kernel at once
-    "tests/models/test_spark_em.py::test_predict_matches_kernel",
-    "tests/models/test_spark_em.py::test_sampled_click_rates_match_click_probs",
+    "tests/fitted/test_predict.py::test_predict_matches_kernel",
+    "tests/fitted/test_sampling.py::test_sampled_click_rates_match_click_probs",
     "tests/metrics/test_ndcg.py::test_two_models_with_unscored_and_unjudged_docs_equal_a_brute_force_oracle",
     "tests/models/test_priors.py::test_dctr_estimators_by_hand",
 })

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.standalone import REPO, StandaloneCluster
+from tests.cluster.standalone import REPO, StandaloneCluster, running
 
 
 def pytest_configure(config):
@@ -42,13 +42,7 @@ def standalone_cluster(tmp_path_factory):
     """One master and two one-core workers, each with its own work dir; stopped (and checked gone) at the end."""
     cluster = StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers=2)
     t0 = time.monotonic()
-    try:
-        cluster.start()
+    with running(cluster):
         print(f"\n[cluster] master {cluster.master_url} and {len(cluster.worker_dirs)} workers up "
               f"in {time.monotonic() - t0:.0f}s")
         yield cluster
-    finally:
-        try:
-            cluster.stop()
-        finally:
-            cluster.drop_unpacked_archives()

@@ -8,6 +8,7 @@ is left.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -210,3 +211,16 @@ class StandaloneCluster:
             copy.unlink(missing_ok=True)
         for env_dir in self.root.glob("worker-*/app-*/*/environment"):
             shutil.rmtree(env_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running(cluster: StandaloneCluster):
+    """The cluster started, then stopped (and checked gone) with its executors' unpacked copies dropped."""
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        try:
+            cluster.stop()
+        finally:
+            cluster.drop_unpacked_archives()

@@ -21,7 +21,7 @@ import yaml
 from pyspark.sql import functions as F
 
 from clickeval_spark.tables import read_table
-from tests.cluster.standalone import REPO, SPARK_HOME, StandaloneCluster, processes, tail
+from tests.cluster.standalone import REPO, SPARK_HOME, StandaloneCluster, processes, running, tail
 
 pytestmark = pytest.mark.cluster
 
@@ -72,14 +72,8 @@ def other_path_cluster(tmp_path):
     root.mkdir()
     cluster = StandaloneCluster(root, workers=1, worker_hides=[BUILD_PYTHON],
                                 worker_env={"PATH": "/usr/bin:/bin", "PEX_ROOT": str(root / "pex-root")})
-    try:
-        cluster.start()
+    with running(cluster):
         yield cluster
-    finally:
-        try:
-            cluster.stop()
-        finally:
-            cluster.drop_unpacked_archives()
 
 
 def test_ingest_on_a_worker_whose_python_is_elsewhere(artefacts, other_path_cluster, tmp_path, request):
