@@ -43,10 +43,15 @@ class Candidate:
 
     @property
     def label(self) -> str:
+        return (f"group {self.group} " if self.group else "") + self.prior_label
+
+    @property
+    def prior_label(self) -> str:
+        """The prior this candidate stands for: eb, k=<the qd families' strengths> or - (none); seen->rank when
+        seen pairs shrink toward their ranks' means."""
         ks = sorted({f.k for f in self.prior.qd.values()})
         text = "eb" if self.choice == "eb" else "k=" + ",".join(f"{k:g}" for k in ks) if ks else "-"
-        text += " seen->rank" if self.prior.seen_by_rank else ""
-        return (f"group {self.group} " if self.group else "") + text
+        return text + (" seen->rank" if self.prior.seen_by_rank else "")
 
     @property
     def means_text(self) -> str:
@@ -76,10 +81,10 @@ class Candidate:
         scored = sums["n_valid"][0] > 0   # held-out SERPs scored in this pass
         if opts.select_on_held_out and scored:
             self.valid_ll = float(sums["ll_valid"][0] / sums["n_valid"][0])
-        log.info("%s %s iteration %d: train LL %.6f per SERP, log posterior %.6f, valid LL %s per position, "
-                 "prior m %s, %.2f s", model.name, self.label, it, ll, self.posterior[-1],
-                 f"{self.valid_ll:.6f}" if scored and opts.select_on_held_out else "-", self.means_text,
-                 self.pending_secs)
+        log.debug("%s %s iteration %d: train LL %.6f per SERP, log posterior %.6f, valid LL %s per position, "
+                  "prior m %s, %.2f s", model.name, self.label, it, ll, self.posterior[-1],
+                  f"{self.valid_ll:.6f}" if scored and opts.select_on_held_out else "-", self.means_text,
+                  self.pending_secs)
 
     def advance(self, it: int, sums: dict[str, np.ndarray], secs: float, n_serps: int, opts: EMOptions,
                 model: ClickModel, M: int, pooled: bool, log: logging.Logger) -> None:
@@ -92,7 +97,7 @@ class Candidate:
         if self.compare_from is None and (it > opts.prior_warmup or self.valid_ll < valid_before):
             # this pass's update reuses the m that produced the parameters just scored
             self.compare_from = len(post) - 1
-            log.info("%s %s prior means fixed after pass %d: %s", model.name, self.label, it - 1, self.means_text)
+            log.debug("%s %s prior means fixed after pass %d: %s", model.name, self.label, it - 1, self.means_text)
         if self.prior.eb and self.compare_from is None:   # strengths are fixed with the means
             self.eb_update(model, M, sums)
         frozen = self.compare_from is not None and pooled
@@ -106,7 +111,7 @@ class Candidate:
         self.unseen_by_rank = {p: by_rank[j].tolist() for j, p in enumerate(model.qd_params)}
         self.done, self.pending_secs = it, secs
         if converged:
-            log.info("%s %s converged: |d log posterior| < %g per SERP", model.name, self.label, tol)
+            log.debug("%s %s converged: |d log posterior| < %g per SERP", model.name, self.label, tol)
             self.active = False
         elif not model.iterative and not self.prior.eb:   # counted; only eb candidates count again
             self.active = False

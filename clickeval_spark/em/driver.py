@@ -4,6 +4,9 @@
 generator's sequences) in the same passes, one FittedModel each. The estimator (MAP with Beta
 priors, the warm-up of pooled means, the stopping rule, the history) is described in the README,
 "How a fit runs".
+
+Logging: one INFO line per fit (its passes, prior, engine and time); every pass, candidate and engine
+detail at DEBUG. ``on_pass``, if given, is called after every pass (a progress display's hook).
 """
 
 from __future__ import annotations
@@ -29,15 +32,19 @@ from clickeval_spark.models.priors import DEFAULT_K, model_prior
 
 _log = logging.getLogger(__name__)
 
+#: called after every EM pass: (passes done, the iteration cap, "" on the fit's log or "sample" on the
+#: selection sample of `_select_on_sample`)
+OnPass = Callable[[int, int, str], None]
+
 
 def fit(serps: DataFrame | PackedLog, model: ClickModel, options: EMOptions | None = None, *, max_rank: int = 10,
-        logger: logging.Logger | None = None, **changes) -> FittedModel:
+        logger: logging.Logger | None = None, on_pass: OnPass | None = None, **changes) -> FittedModel:
     """Fit ``model`` on canonical ``serps`` rows (every row is training data; ranks beyond ``max_rank``
     ignored) or on an already packed log (`blocks.pack_serps`, with held-out SERPs to choose on).
     ``changes``: `EMOptions` fields to set on ``options`` (one-off calls: notebooks, tests)."""
     packed = serps if isinstance(serps, PackedLog) else pack_serps(serps, max_rank)
     try:
-        [fitted] = fit_groups(packed, model, options, logger=logger, **changes)
+        [fitted] = fit_groups(packed, model, options, logger=logger, on_pass=on_pass, **changes)
     finally:
         if packed is not serps:
             packed.unpersist()
@@ -45,7 +52,8 @@ def fit(serps: DataFrame | PackedLog, model: ClickModel, options: EMOptions | No
 
 
 def fit_groups(packed: PackedLog, model: ClickModel, options: EMOptions | None = None, *,
-               logger: logging.Logger | None = None, **changes) -> list[FittedModel]:
+               logger: logging.Logger | None = None, on_pass: OnPass | None = None,
+               **changes) -> list[FittedModel]:
     """`fit` of every group of ``packed`` (`blocks.BlockGroup`), all in the same passes: one FittedModel per
     group, each the fit its group's SERPs would get alone.
 
@@ -55,23 +63,31 @@ def fit_groups(packed: PackedLog, model: ClickModel, options: EMOptions | None =
     """
     opts = replace(options or EMOptions(), **changes)
     log = logger or _log
+    t0 = time.perf_counter()
     for g, group in enumerate(packed.groups):
         if group.n_serps == 0:
             raise ValueError("fit: no SERP with a query_id and a non-empty doc list"
                              + (f" in group {g}" if len(packed.groups) > 1 else ""))
     tasks = resident_tasks(packed, model, opts.engine)
     if tasks:
+        stages_up: list[ResidentPasses] = []
+
         def resident(log_: PackedLog, shared: int = 0) -> Passes:
             """The stage over ``log_``; ``shared`` (a number of candidates, a selection sample's: a few blocks of
             unequal size, which blocks alone cannot balance): each task holds every block and runs its share."""
-            t0 = time.perf_counter()
+            t_up = time.perf_counter()
             engine = ResidentPasses(log_.blocks, model, log_.max_rank, log_.first_blocks,
                                     min(tasks, shared or log_.n_blocks), shared=shared > 1)
-            log.info("%s resident EM stage: %d tasks up in %.2f s%s", model.name, engine.n_tasks,
-                     time.perf_counter() - t0, ", candidates shared out" if engine.shared else "")
+            log.debug("%s resident EM stage: %d tasks up in %.2f s%s", model.name, engine.n_tasks,
+                      time.perf_counter() - t_up, ", candidates shared out" if engine.shared else "")
+            stages_up.append(engine)
             return engine
         try:
-            return _fit(packed, model, opts, resident, log)
+            fits, labels = _fit(packed, model, opts, resident, log, on_pass)
+            engine = (f"resident EM stage: {stages_up[-1].n_tasks} tasks up"
+                      + (", candidates shared out on the sample" if any(e.shared for e in stages_up) else ""))
+            log.info("%s", _summary(model, fits, labels, engine, t0))
+            return fits
         except EngineLost as e:
             log.warning("%s: the resident EM stage was lost (%s); fitting again with one Spark stage per pass",
                         model.name, e)
@@ -79,7 +95,21 @@ def fit_groups(packed: PackedLog, model: ClickModel, options: EMOptions | None =
     def stages(log_: PackedLog, shared: int = 0) -> Passes:   # a job per pass: nothing to share out
         return StagePasses(log_, model, opts.checkpoint_interval, log)
 
-    return _fit(packed, model, opts, stages, log)
+    fits, labels = _fit(packed, model, opts, stages, log, on_pass)
+    log.info("%s", _summary(model, fits, labels, "a Spark job per pass", t0))
+    return fits
+
+
+def _summary(model: ClickModel, fits: list[FittedModel], labels: list[str], engine: str, t0: float) -> str:
+    """The fit's INFO line: its passes (the most of any group), the chosen prior(s), the engine, the time."""
+    passes = max(len(f.history) - 1 for f in fits)
+    labels = [f.prior_spec["kind"] if label == "-" else label for f, label in zip(fits, labels)]
+    chosen = [f.selection for f in fits if f.selection]
+    how = (" chosen by valid LL" + (" on a sample of queries" if any("sample" in s for s in chosen) else "")
+           if chosen else "")
+    return (f"{model.name}: " + (f"{len(fits)} fits, " if len(fits) > 1 else "")
+            + f"{passes} pass{'' if passes == 1 else 'es'}, prior {', '.join(sorted(set(labels)))}{how}, "
+            + f"{engine}, {time.perf_counter() - t0:.1f} s")
 
 
 def resident_tasks(packed: PackedLog, model: ClickModel, engine: str) -> int:
@@ -110,7 +140,8 @@ def _candidates(packed: PackedLog, model: ClickModel, opts: EMOptions, prior) ->
 
 
 def _fit(packed: PackedLog, model: ClickModel, opts: EMOptions, engine: Callable[..., Passes],
-         log: logging.Logger) -> list[FittedModel]:
+         log: logging.Logger, on_pass: OnPass | None) -> tuple[list[FittedModel], list[str]]:
+    """Every group's FittedModel, and the prior each group's chosen candidate stands for (`Candidate.prior_label`)."""
     M = packed.max_rank
     prior = opts.prior or model_prior(model, M)
     grids, cands = _candidates(packed, model, opts, prior)
@@ -119,13 +150,13 @@ def _fit(packed: PackedLog, model: ClickModel, opts: EMOptions, engine: Callable
     pooled = any(f.k > 0 and f.m is None for c in cands for f in (*c.prior.qd.values(), *c.prior.glob.values()))
     for c in cands:
         _set_start(c, pooled)
-    sampled = _select_on_sample(packed, model, opts, prior, cands, grids, engine, n_passes, pooled, log)
+    sampled = _select_on_sample(packed, model, opts, prior, cands, grids, engine, n_passes, pooled, log, on_pass)
     if sampled is not None:   # only the chosen candidate goes on, from the start, on the whole log
         cands, sample_selection = sampled
     passes = None
     try:
         passes = engine(packed)
-        final = _run(packed, model, opts, cands, passes, n_passes, pooled, log)
+        final = _run(packed, model, opts, cands, passes, n_passes, pooled, log, on_pass)
         blocks = passes.finish()
         chosen = [_chosen(cands, g) for g in range(len(packed.groups))]
         if model.qd_params:
@@ -137,7 +168,7 @@ def _fit(packed: PackedLog, model: ClickModel, opts: EMOptions, engine: Callable
     finally:
         if passes is not None:
             passes.close()
-    out = []
+    out, labels = [], []
     for g, (mine, slot) in enumerate(chosen):
         best = cands[mine[slot]]
         selection = (sample_selection if sampled is not None
@@ -145,11 +176,13 @@ def _fit(packed: PackedLog, model: ClickModel, opts: EMOptions, engine: Callable
         qd = qd_all if len(packed.groups) == 1 else qd_all.where(F.col("group") == g)
         ppl = (final[mine[slot]]["ppl_n"], final[mine[slot]]["ppl_ln"]) if opts.ppl_eps is not None else None
         out.append(best.fitted(model, M, prior, qd.drop("group"), selection, ppl))
-    return out
+        labels.append(best.prior_label)
+    return out, labels
 
 
 def _run(packed: PackedLog, model: ClickModel, opts: EMOptions, cands: list[Candidate], passes: Passes,
-         n_passes: int, pooled: bool, log: logging.Logger) -> list[dict[str, np.ndarray] | None]:
+         n_passes: int, pooled: bool, log: logging.Logger, on_pass: OnPass | None,
+         phase: str = "") -> list[dict[str, np.ndarray] | None]:
     """Every pass of ``cands`` until none is active (or ``n_passes``), then the scoring pass: its sums."""
     M = packed.max_rank
     for it in range(1, n_passes + 1):
@@ -159,11 +192,13 @@ def _run(packed: PackedLog, model: ClickModel, opts: EMOptions, cands: list[Cand
         for c, sums in zip(cands, all_sums):
             if sums is not None:
                 c.advance(it, sums, secs, packed.groups[c.group].n_serps, opts, model, M, pooled, log)
+        if on_pass is not None:
+            on_pass(it, n_passes, phase)
         if not any(c.active for c in cands):
             break
     t0 = time.perf_counter()
     final = passes.run([c.plan(opts, final=True) for c in cands])
-    log.info("%s final pass: %.2f s", model.name, time.perf_counter() - t0)
+    log.debug("%s final pass: %.2f s", model.name, time.perf_counter() - t0)
     for c, sums in zip(cands, final):
         c.record(c.done, sums, packed.groups[c.group].n_serps, opts, model, log)
     return final
@@ -171,7 +206,7 @@ def _run(packed: PackedLog, model: ClickModel, opts: EMOptions, cands: list[Cand
 
 def _select_on_sample(packed: PackedLog, model: ClickModel, opts: EMOptions, prior, cands: list[Candidate],
                       grids: list, engine: Callable[..., Passes], n_passes: int, pooled: bool,
-                      log: logging.Logger) -> tuple[list[Candidate], dict] | None:
+                      log: logging.Logger, on_pass: OnPass | None) -> tuple[list[Candidate], dict] | None:
     """On a log larger than ``opts.select_serps``, the candidates of ``k: auto`` compete on a sample of whole
     queries (`blocks.sample_of`) instead of the whole log: (the chosen candidate, fresh, as the only one;
     the selection record). None: every candidate runs on the whole log.
@@ -187,12 +222,12 @@ def _select_on_sample(packed: PackedLog, model: ClickModel, opts: EMOptions, pri
     if sample is None:
         return None
     [group] = sample.groups
-    log.info("%s: %d candidates compete on %d of %d blocks (%d training, %d held-out SERPs)", model.name,
-             len(cands), group.n_blocks, packed.groups[0].n_blocks, group.n_serps, group.n_held_out)
+    log.debug("%s: %d candidates compete on %d of %d blocks (%d training, %d held-out SERPs)", model.name,
+              len(cands), group.n_blocks, packed.groups[0].n_blocks, group.n_serps, group.n_held_out)
     passes = None
     try:
         passes = engine(sample, shared=len(cands))
-        _run(sample, model, opts, cands, passes, n_passes, pooled, log)
+        _run(sample, model, opts, cands, passes, n_passes, pooled, log, on_pass, "sample")
         passes.end()   # the stage ends as a fit's does, not cancelled (its tasks would log a lost socket)
     finally:
         if passes is not None:
@@ -224,8 +259,8 @@ def _selection(cands: list[Candidate], mine: list[int], slot: int, grid: list, n
     """What the valid split chose among a group's candidates (None: there was one)."""
     if len(mine) < 2:
         return None
-    log.info("%s prior strength by valid LL per position: %s -> %s", model.name,
-             ", ".join(f"{cands[i].label}: {cands[i].valid_ll:.6f}" for i in mine), cands[mine[slot]].label)
+    log.debug("%s prior strength by valid LL per position: %s -> %s", model.name,
+              ", ".join(f"{cands[i].label}: {cands[i].valid_ll:.6f}" for i in mine), cands[mine[slot]].label)
     return {"grid": [{"k": k, "seen_means": v, "valid_ll": cands[i].valid_ll, "iterations": cands[i].done,
                       **({"strengths": cands[i].strengths()} if k == "eb" else {})}
                      for (k, v), i in zip(grid, mine)],

@@ -81,7 +81,7 @@ class StagePasses:
         if self._done and self._done % self._interval == 0 and any(p.mode == "step" for p in plans):
             t0 = time.perf_counter()
             self._blocks = checkpointed(self._blocks)
-            self._log.info("%s pass %d checkpointed: %.2f s", self.model.name, self._done, time.perf_counter() - t0)
+            self._log.debug("%s pass %d checkpointed: %.2f s", self.model.name, self._done, time.perf_counter() - t0)
         blocks, sums = run_iteration(self._blocks, self.model, plans, self.M, self._packed.first_blocks)
         self._drop()
         self._blocks, self._done = blocks, self._done + 1
