@@ -12,13 +12,14 @@ import argparse
 import logging
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from pyspark.errors import PySparkException
 from pyspark.logger import PySparkLogger
 
-from clickeval_spark import tables
+from clickeval_spark import progress, tables
 from clickeval_spark.catalog import BY_RANK_VIEW, namespace, with_time_travel
 from clickeval_spark.context import StageContext
 from clickeval_spark.errors import ClickevalError
@@ -113,9 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--run-id", help="run id (default: from config, else '<env>-<UTC timestamp>')")
     common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. --set ingest.dataset=trec (value parsed as YAML)")
-    common.add_argument("--verbose", action="store_true",
-                        help="Spark's, Ivy's and the JVM's output on stderr (Spark at WARN) instead of the run's "
-                             "log file <warehouse>/_logs/<run_id>.log")
+    common.add_argument("-v", "--verbose", action="store_true",
+                        help="the run's DEBUG lines (every EM pass of every candidate) and Spark's, Ivy's and the "
+                             "JVM's output (Spark at WARN) on stderr, instead of the run's log file "
+                             "<warehouse>/_logs/<run_id>.log; no progress bars")
     parser = argparse.ArgumentParser(prog="clickeval", description="clickeval-spark: click-model evaluation on "
                                      "search logs (DESIGN.md §2: ingest → fit → predict → evaluate → generate → "
                                      "surrogate → report)")
@@ -144,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse, configure, build the session, run the verb; a known error becomes one line and exit 2."""
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     verb = ALIASES.get(args.verb, args.verb)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # the handler writes to sys.stderr as it is when a line comes: under progress bars, their proxy
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, handlers=[progress.StderrHandler()])
     logging.getLogger("py4j").setLevel(logging.WARNING)
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         # PySpark logs every analysis error as a JSON record; jobs report errors themselves, in one line
@@ -162,7 +165,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ctx = StageContext(session_for(cfg, verb, log_file), cfg, warehouse_root(cfg), run_id)
         if log_file and os.path.exists(log_file):
             _library_logs_to(log_file)
-        COMMANDS[verb](ctx, args)
+        with _project_logs_at(logging.DEBUG if args.verbose else None):
+            if verb in STAGES or verb == "run":   # bars at a terminal; `sql` and `tables` print tables
+                with progress.session(verbose=args.verbose):
+                    COMMANDS[verb](ctx, args)
+            else:
+                COMMANDS[verb](ctx, args)
         return 0
     except ClickevalError as exc:
         print(f"clickeval {verb}: error: {exc}{_log_hint(log_file)}", file=sys.stderr)
@@ -173,10 +181,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+#: the project's loggers: the stages' ("clickeval", also handed to the EM loop) and the modules'
+PROJECT_LOGGERS = ("clickeval", "clickeval_spark")
+
+
+@contextmanager
+def _project_logs_at(level: int | None) -> Iterator[None]:
+    """The project's loggers at ``level`` while the command runs (None: as they are, INFO from the root);
+    not the root's, whose DEBUG would bring every library's (numba's, matplotlib's)."""
+    loggers = [logging.getLogger(name) for name in PROJECT_LOGGERS]
+    before = [logger.level for logger in loggers]
+    try:
+        if level is not None:
+            for logger in loggers:
+                logger.setLevel(level)
+        yield
+    finally:
+        for logger, old in zip(loggers, before):
+            logger.setLevel(old)
+
+
 def _library_logs_to(log_file: str) -> None:
     """py4j's and pyspark's Python log records go where the JVM's output went, not to the terminal."""
     handler = logging.FileHandler(log_file)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
     for name in ("py4j", "pyspark"):
         logger = logging.getLogger(name)
         logger.addHandler(handler)

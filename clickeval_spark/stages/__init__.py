@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from types import ModuleType
 from typing import Any
 
+from clickeval_spark import progress
 from clickeval_spark.context import StageContext
 from clickeval_spark.metrics.summary import metrics_table
 from clickeval_spark.stages import evaluate, fit, generate, ingest, predict, report, surrogate
@@ -36,10 +37,11 @@ class Stage:
         print(f"[{_now()}] {self.name}: start (run_id={ctx.run_id}, dataset={ctx.dataset})", flush=True)
         t0 = time.perf_counter()
         try:
-            ctx.check_catalog()
-            with ctx.batched_runs():
-                result = self.module.run(ctx)
-            ctx.register_in_catalog()
+            with progress.current().stage(self.name):
+                ctx.check_catalog()
+                with ctx.batched_runs():
+                    result = self.module.run(ctx)
+                ctx.register_in_catalog()
         except Exception:
             print(f"[{_now()}] {self.name}: failed after {time.perf_counter() - t0:.1f} s", flush=True)
             raise
@@ -64,7 +66,9 @@ def stages_from(start: str | None = None) -> list[str]:
 def run_pipeline(ctx: StageContext, start: str | None = None) -> dict[str, Any]:
     """The main job: every stage in order in one session (from `start` on, to resume a run whose earlier
     stages have written their tables); ends with the metrics table and the report's path."""
-    results = {name: STAGES[name](ctx) for name in stages_from(start)}
+    names = stages_from(start)
+    with progress.current().pipeline(names):
+        results = {name: STAGES[name](ctx) for name in names}
     print(f"\npipeline done: run_id={ctx.run_id}, tables under {ctx.warehouse}")
     if "evaluate" in results:
         rows = ctx.this_run("metrics", dataset=ctx.dataset).collect()

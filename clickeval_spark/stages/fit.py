@@ -8,6 +8,7 @@ from functools import reduce
 
 from pyspark.sql import DataFrame
 
+from clickeval_spark import progress
 from clickeval_spark.context import StageContext
 from clickeval_spark.em import EMOptions, fit, pack_serps
 from clickeval_spark.models import get_model
@@ -33,7 +34,9 @@ def run(ctx: StageContext) -> dict[str, list]:
             for name in fcfg.models:
                 run = open_runs.enter_context(ctx.record(f"fit:{name}"))
                 model = get_model(name)
-                fitted = fit(packed, model, EMOptions.from_config(fcfg, model, packed.max_rank), logger=log)
+                with progress.current().em(name) as on_pass:
+                    fitted = fit(packed, model, EMOptions.from_config(fcfg, model, packed.max_rank), logger=log,
+                                 on_pass=on_pass)
                 rows.append(fitted.to_rows(ctx.run_id))
                 run.counts["iterations"] = max(0, len(fitted.history) - 1)
                 run.details["history"] = [{"iteration": i, "train_ll": ll, "log_posterior": lp, "seconds": s}

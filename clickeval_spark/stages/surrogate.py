@@ -14,7 +14,7 @@ import numpy as np
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from clickeval_spark import tables
+from clickeval_spark import progress, tables
 from clickeval_spark.context import StageContext
 from clickeval_spark.errors import ClickevalError
 from clickeval_spark.hashing import seeded_uniform
@@ -78,6 +78,25 @@ def packed_inputs(real: DataFrame, synthetic: DataFrame, variants: DataFrame, n_
     )
 
 
+def variants_table(model: str, cells: dict[tuple[str, str, str], tuple[Perplexity, Perplexity]]) -> str:
+    """The variants' reverse / forward PPL as a table: a row per generator, a column per list order (and click
+    mode, when there are several), under a title line naming the surrogate and the synthetic SERPs' count."""
+    generators = sorted({g for g, _, _ in cells})
+    columns = sorted({(o, m) for _, o, m in cells})
+    modes = sorted({m for _, m in columns})
+    counts = sorted({fwd.n_serps for _, fwd in cells.values()})
+    title = (f"surrogate {model}: reverse / forward PPL per generator and list order"
+             + (f", {modes[0]} clicks" if len(modes) == 1 else "")
+             + (f", {counts[0]} synthetic SERPs each" if len(counts) == 1
+                else f", {counts[0]} to {counts[-1]} synthetic SERPs"))
+    table = [["generator", *(o if len(modes) == 1 else f"{o}/{m}" for o, m in columns)]]
+    for g in generators:
+        table.append([g, *(f"{cells[g, o, m][0].total:.4f} / {cells[g, o, m][1].total:.4f}"
+                           if (g, o, m) in cells else "-" for o, m in columns)])
+    widths = [max(len(r[j]) for r in table) for j in range(len(table[0]))]
+    return "\n".join([title] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table])
+
+
 def pooled(a: FittedModel, b: FittedModel) -> Perplexity:
     """The perplexity of two fits' held-out scorings together (disjoint SERPs), from their per-rank sums
     (`FittedModel.held_out_ppl`)."""
@@ -119,7 +138,8 @@ def run(ctx: StageContext) -> list[dict]:
         options = replace(EMOptions.from_config(ctx.cfg.fit, surrogate, max_rank), iterations=scfg.iterations,
                           tol=None, select_on_held_out=False, ppl_eps=scfg.eps)
         try:
-            fits = fit_groups(packed, surrogate, options, logger=log)
+            with progress.current().em(f"{scfg.model} ({len(packed.groups)} fits)") as on_pass:
+                fits = fit_groups(packed, surrogate, options, logger=log, on_pass=on_pass)
         finally:
             packed.unpersist()
         t_fit = time.perf_counter() - t0 - t_pack
@@ -140,11 +160,12 @@ def run(ctx: StageContext) -> list[dict]:
                      row(REAL_LOG, "original", CROSS_FITTED, both, both, both.n_serps)]
             print(f"surrogate real log out of sample: half a ({b_on_a.n_serps} SERPs) -> b {a_on_b.total:.4f}, "
                   f"half b ({a_on_b.n_serps}) -> a {b_on_a.total:.4f}, cross-fitted PPL {both.total:.4f}")
+        cells = {}
         for (generator, order, mode), rev in zip(variants, reverse[1:n + 1]):
             fwd = forward["/".join((generator, order, mode))]
-            print(f"surrogate {generator} {order}/{mode}: {fwd.n_serps} synthetic SERPs, "
-                  f"reverse PPL {rev.total:.4f}, forward PPL {fwd.total:.4f}")
+            cells[generator, order, mode] = (rev, fwd)
             rows.append(row(generator, order, mode, rev, fwd, baseline.n_serps))
+        print(variants_table(scfg.model, cells))
         frame = ctx.spark.createDataFrame(rows, tables.DISTRIBUTIONAL_METRICS)
         ctx.write(frame, "distributional_metrics", {"run_id": run_id, "dataset": dataset})
         run.counts["variants"] = len(variants)
