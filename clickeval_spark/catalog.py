@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from clickeval_spark import tables
 from clickeval_spark.errors import ClickevalError
+from clickeval_spark.spark_internals import jvm, qualified_path, session_state
 
 BY_RANK_VIEW = "click_predictions_by_rank"
 _ANALYSIS = "org.apache.spark.sql.catalyst.analysis."
@@ -64,9 +65,9 @@ def with_time_travel(spark: SparkSession, warehouse: str, statement: str,
     there is none. The relation's place in the text is the parser's own (its origin), never a text search.
     A timestamp is an expression without subqueries, as Spark requires: evaluated by a query, which `check`
     (clickeval sql's read-only check) is given before it runs."""
-    jsession = spark._jsparkSession
-    plan = jsession.sessionState().sqlParser().parsePlan(statement)
-    session_catalog = jsession.sessionState().catalog()
+    state = session_state(spark)
+    plan = state.sqlParser().parsePlan(statement)
+    session_catalog = state.catalog()
     edits, ctes = [], _cte_names(plan)
     for travel, aliased in _time_travels(plan):
         relation = travel.relation()
@@ -136,7 +137,7 @@ def _cte_names(plan) -> set[str]:
 def _timestamp(spark: SparkSession, statement: str, expr, check: Callable[[str], None] | None) -> tuple[str, int]:
     """A TIMESTAMP AS OF expression's value: as a timestamp string of the session's time zone, and in
     microseconds since the epoch."""
-    if spark._jvm.org.apache.spark.sql.catalyst.expressions.SubqueryExpression.hasSubquery(expr):
+    if jvm(spark).org.apache.spark.sql.catalyst.expressions.SubqueryExpression.hasSubquery(expr):
         raise ClickevalError("TIMESTAMP AS OF takes an expression without subqueries")
     text = statement[expr.origin().startIndex().get():expr.origin().stopIndex().get() + 1]
     query = f"SELECT CAST(t AS STRING) AS ts, unix_micros(t) AS micros FROM (SELECT CAST(({text}) AS TIMESTAMP) AS t)"
@@ -205,15 +206,7 @@ def register_in_catalog(spark: SparkSession, warehouse: str, database: str) -> l
 
 def _check_location(spark: SparkSession, qualified: str, path: str) -> None:
     location = DeltaTable.forName(spark, qualified).detail().select("location").first()[0]
-    if _qualified_path(spark, location) != _qualified_path(spark, path):
+    if qualified_path(spark, location) != qualified_path(spark, path):
         raise ClickevalError(f"catalog table {qualified} is the Delta table at {location}, not this warehouse's "
                              f"{path}: set another tables.catalog.database, or drop that table from the catalog")
 
-
-def _qualified_path(spark: SparkSession, location: str) -> str:
-    """The location as its file system names it (scheme and authority added: /wh, file:/wh and
-    hdfs://nn:8020/wh under fs.defaultFS compare equal where they are the same folder)."""
-    jvm = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path(location)
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    return fs.makeQualified(path).toString().rstrip("/")

@@ -23,12 +23,11 @@ Spark's analysis builds it.
 
 from __future__ import annotations
 
-from py4j.java_gateway import JavaObject
-from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from clickeval_spark.errors import ClickevalError
+from clickeval_spark.spark_internals import JavaObject, Py4JJavaError, jvm, session_state
 
 _LOGICAL = "org.apache.spark.sql.catalyst.plans.logical."
 _ANALYSIS = "org.apache.spark.sql.catalyst.analysis."
@@ -88,7 +87,7 @@ _BUILTIN_QUALIFIERS = ((), ("builtin",), ("system", "builtin"))
 def parse_plan(spark: SparkSession, statement: str):
     """The unresolved logical plan of one statement (a Java object); a syntax error is one line."""
     try:
-        return spark._jsparkSession.sessionState().sqlParser().parsePlan(statement)
+        return session_state(spark).sqlParser().parsePlan(statement)
     except PySparkException as exc:  # PySpark turns the JVM's ParseException into its own class
         first = str(exc).strip().splitlines()[0]
         raise ClickevalError(f"query failed: {first}") from None
@@ -104,7 +103,7 @@ def _identified(spark: SparkSession, plan):
             or expr.value() is None:
         return plan
     try:
-        parts = spark._jsparkSession.sessionState().sqlParser().parseMultipartIdentifier(expr.value().toString())
+        parts = session_state(spark).sqlParser().parseMultipartIdentifier(expr.value().toString())
     except PySparkException:
         return plan
     return plan.planBuilder().apply(parts, plan.children())
@@ -126,11 +125,11 @@ class _Trees:
 
     def __init__(self, spark: SparkSession):
         self._spark = spark
-        jvm = spark._jvm
-        self._bases = [(kind, jvm.java.lang.Class.forName(name)) for kind, name in (
+        j = jvm(spark)
+        self._bases = [(kind, j.java.lang.Class.forName(name)) for kind, name in (
             ("node", "org.apache.spark.sql.catalyst.trees.TreeNode"), ("seq", "scala.collection.Iterable"),
             ("option", "scala.Option"))]
-        self._user_defined = jvm.java.lang.Class.forName(USER_DEFINED)
+        self._user_defined = j.java.lang.Class.forName(USER_DEFINED)
         self._kinds: dict[str, tuple[str, bool]] = {}
 
     def kind(self, obj) -> tuple[str, str, bool]:
@@ -194,13 +193,13 @@ def _called_functions(trees: _Trees, plan):
 
 def _not_builtin(spark: SparkSession, parts: list[str], table: bool) -> str | None:
     """Why the function named by parts is not one of Spark's own built-ins, or None when it is."""
-    jvm = spark._jvm
-    analysis = jvm.org.apache.spark.sql.catalyst.analysis
-    state = spark._jsparkSession.sessionState()
+    j = jvm(spark)
+    analysis = j.org.apache.spark.sql.catalyst.analysis
+    state = session_state(spark)
     builtin, session = ((analysis.TableFunctionRegistry.builtin(), state.tableFunctionRegistry()) if table
                         else (analysis.FunctionRegistry.builtin(), state.functionRegistry()))
     *qualifier, name = [p.lower() for p in parts]
-    ident = jvm.org.apache.spark.sql.catalyst.FunctionIdentifier.apply(name)
+    ident = j.org.apache.spark.sql.catalyst.FunctionIdentifier.apply(name)
     if tuple(qualifier) not in _BUILTIN_QUALIFIERS or not builtin.functionExists(ident):
         return "not a Spark built-in function"
     # a session function can take a built-in's name (spark.udf.register("upper", ...) replaces it in the
@@ -230,9 +229,9 @@ def _is_data_source(spark: SparkSession, name: str, seen: dict[str, bool]) -> bo
     """Whether Spark takes `name` for a data source, as it does before a path (text, binaryFile, delta, a class
     name), also one it knows but cannot load here (avro, kafka without their modules)."""
     if name not in seen:
-        conf = spark._jsparkSession.sessionState().conf()
+        conf = session_state(spark).conf()
         try:
-            spark._jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(name, conf)
+            jvm(spark).org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(name, conf)
             seen[name] = True
         except PySparkException as exc:  # AnalysisException: a known source whose module is missing
             seen[name] = exc.getCondition() != "DATA_SOURCE_NOT_FOUND"
@@ -243,8 +242,8 @@ def _is_data_source(spark: SparkSession, name: str, seen: dict[str, bool]) -> bo
 
 def _analyzed(spark: SparkSession, plan):
     """The analyzed plan (names, types and views resolved; nothing run), or None when analysis fails."""
-    state = spark._jsparkSession.sessionState()
-    skip = spark._jvm.org.apache.spark.sql.execution.CommandExecutionMode.SKIP()
+    state = session_state(spark)
+    skip = jvm(spark).org.apache.spark.sql.execution.CommandExecutionMode.SKIP()
     try:
         # a QueryExecution runs its plan only when asked for more than `analyzed`; SKIP: never a command
         return state.executePlan(plan, skip).analyzed()

@@ -22,6 +22,7 @@ from clickeval_spark.metrics.summary import HEADLINE
 from clickeval_spark.fitted.params_io import KIND_PREFIX, PRIOR_PREFIX, STRENGTH_PREFIX
 from clickeval_spark.report_figures import coverage_figure, metric_row, ndcg_figure, ppl_by_rank_figure
 from clickeval_spark.sources.synthetic import TRUTH_MODEL
+from clickeval_spark.spark_internals import write_text_file
 
 
 def _cell(r: dict | None) -> str:
@@ -196,11 +197,4 @@ def build_report(ctx: StageContext, run_id: str, dataset: str, models: list[str]
 
 def write_text(spark: SparkSession, uri: str, text: str) -> None:
     """Write a small text file to any Hadoop file system URI (local path, file:, s3a:, abfss:, ...)."""
-    jvm = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path(uri)
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    out = fs.create(path, True)
-    try:
-        out.write(bytearray(text.encode("utf-8")))
-    finally:
-        out.close()
+    write_text_file(spark, uri, text)

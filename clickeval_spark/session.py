@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from typing import Mapping
 
 from pyspark import StorageLevel
 from pyspark.sql import SparkSession
+
+from clickeval_spark.spark_internals import launch_jvm_logging_to, storage_level
 
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -18,14 +19,13 @@ DELTA_CONF = {
 
 # The embedded JVM (driver and executors in one) shares a small machine's cores with its own background
 # threads: the throughput collector leaves the tasks more of them than G1's concurrent work, and JIT
-# thresholds x3 keep a fresh JVM from compiling thousands of methods that run a few times (the measured
-# `make run` times: benchmarks/RESULTS.md). A config with its own `spark.driver.extraJavaOptions` keeps them.
+# thresholds x3 keep a fresh JVM from compiling thousands of methods that run a few times (their effect on
+# `make run`: benchmarks/RESULTS.md). A config with its own `spark.driver.extraJavaOptions` keeps its own.
 EMBEDDED_JVM_OPTIONS = "-XX:+UseParallelGC -XX:CompileThresholdScaling=3"
 
 #: The young generation's cap (MiB) in the embedded JVM: the throughput collector grows it to a third of the
-#: heap (3.3 GB of a 10g driver), and memory a process touches for the first time is what a VM makes slow
-#: (here 130-320 MB/s, against GB/s once touched): a 10M-SERP pack took 64-65 s with 1 GB, 80 s without
-#: (benchmarks/RESULTS.md). Never more than a third of the heap.
+#: heap, and memory a process touches for the first time is what a VM makes slow, so a smaller young
+#: generation, touched again and again, is faster (benchmarks/RESULTS.md). Never more than a third of the heap.
 EMBEDDED_YOUNG_MIB = 1024
 _MEMORY = re.compile(r"(\d+)([kmgt]?)b?")
 
@@ -68,14 +68,12 @@ def cache_level(spark: SparkSession, default: StorageLevel | None = StorageLevel
     (None: Spark's own default of the call).
 
     DISK_ONLY bounds an executor's heap by its running tasks: with MEMORY_AND_DISK a cached block that went
-    to disk is read back into the heap whole, and executors of 1g ran out of heap doing that at 5M SERPs
+    to disk is read back into the heap whole, more than a small executor holds on a large log
     (benchmarks/cluster_memory.py, benchmarks/RESULTS.md)."""
     name = spark.conf.get(CACHE_LEVEL_CONF, None)
     if name is None:
         return default
-    # Spark checked the name when it was set; its JVM parses it as Dataset.cache() does
-    j = spark.sparkContext._jvm.org.apache.spark.storage.StorageLevel.fromString(name.strip().upper())
-    return StorageLevel(j.useDisk(), j.useMemory(), j.useOffHeap(), j.deserialized(), j.replication())
+    return storage_level(spark, name)   # Spark checked the name when it was set
 
 
 def build_session(
@@ -93,13 +91,13 @@ def build_session(
     embedded=True is the one-machine mode: the Delta jars are resolved from Maven
     Central by Ivy (`configure_spark_with_delta_pip`), and Python workers use this
     interpreter (the venv), not whatever `python3` is first on PATH, started by
-    `clickeval_spark.python_daemon` (about 0.2 s less per Python task on Python 3.11), and the
+    `clickeval_spark.python_daemon` (less start-up per Python task on Python 3.10/3.11), and the
     JVM runs with `embedded_jvm_options` unless the conf names its own driver options.
     embedded=False is spark-submit on a cluster: master and jars come from the
     submit command (`--master`, `--packages`), so nothing here overrides them.
     A local master gets task retries (`with_task_retries`).
     checkpoint_dir: the SparkContext's checkpoint directory (reliable checkpoints of
-    EM's blocks, `clickeval_spark.em.blocks.checkpointed`); None: local checkpoints.
+    EM's blocks, `clickeval_spark.em.layout.checkpointed`); None: local checkpoints.
     log_file: embedded only; the JVM this call starts writes its stdout and stderr there (Spark's
     log4j console, Ivy's resolution report, the JVM's own warnings, the Python workers' stderr),
     so the terminal shows the project's lines alone. None: they go to this process's stderr.
@@ -116,19 +114,18 @@ def build_session(
         **({"spark.cleaner.referenceTracking.cleanCheckpoints": "true"} if checkpoint_dir else {}),
         # EM's blocks are rows of MBs, persisted and checkpointed through Java serialization streams, which
         # hold on to every row written or read until they reset (Spark's default: every 100 rows): a task
-        # reading a local checkpoint while writing a reliable one held both whole (1g executors, 5M SERPs of
-        # 64-character ids: out of heap, benchmarks/RESULTS.md)
+        # reading a local checkpoint while writing a reliable one would hold both whole (benchmarks/RESULTS.md)
         "spark.serializer.objectStreamReset": "1",
-        # the columnar cache's per-column compression (run-length, dictionary) cost the 1M per-query text
-        # ingest's cache ~1 s of CPU against ~0.3 s uncompressed; what the pipeline caches is mostly arrays and
-        # binary blocks, which it leaves uncompressed anyway (benchmarks/RESULTS.md)
+        # the columnar cache's per-column compression (run-length, dictionary) costs the ingest's cache CPU
+        # for little: what the pipeline caches is mostly arrays and binary blocks, which it leaves
+        # uncompressed anyway (benchmarks/RESULTS.md)
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
         # ids unique per SERP or session: Parquet's dictionary fills up and falls back on every file, work spent
-        # for nothing (the 1M serps write: 44.2 MB without it against 44.9 MB, and no slower; benchmarks/RESULTS.md)
+        # for nothing (benchmarks/RESULTS.md)
         "spark.hadoop.parquet.enable.dictionary#serp_id": "false",
         "spark.hadoop.parquet.enable.dictionary#session_id": "false",
         # PySpark 4 records the Python call site of every Column function for its error messages' DataFrame
-        # context: four JVM round trips per call, ~0.7 s of driver time to build the text ingest's plan
+        # context: four JVM round trips per call, a noticeable share of the driver's time to build a plan
         # (benchmarks/RESULTS.md). Errors still name the failed expression and the query.
         "spark.python.sql.dataFrameDebugging.enabled": "false",
         **dict(conf or {}),
@@ -146,27 +143,10 @@ def build_session(
 
         builder = configure_spark_with_delta_pip(builder)
         if log_file:
-            _launch_jvm_logging_to(log_file, builder)
+            launch_jvm_logging_to(log_file, builder)
     spark = builder.getOrCreate()
     if checkpoint_dir:
         spark.sparkContext.setCheckpointDir(checkpoint_dir)
     spark.sparkContext.setLogLevel("WARN")
     return spark
 
-
-def _launch_jvm_logging_to(log_file: str, builder: SparkSession.Builder) -> None:
-    """Start the driver JVM with the builder's options and its stdout/stderr appended to `log_file`
-    (pyspark's `launch_gateway(popen_kwargs=...)`, the hook it keeps for capturing them). A process that
-    already has a JVM (a second session, a spark-submit driver) keeps the one it has."""
-    from pyspark import SparkConf, SparkContext
-    from pyspark.java_gateway import launch_gateway
-
-    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
-        return
-    conf = SparkConf(loadDefaults=False)
-    for key, value in builder._options.items():   # what getOrCreate passes to spark-submit
-        conf.set(key, value)
-    os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
-    with open(log_file, "ab") as out:   # the JVM keeps its own copy of the descriptor
-        gateway = launch_gateway(conf, popen_kwargs={"stdout": out, "stderr": subprocess.STDOUT})
-    SparkContext._ensure_initialized(gateway=gateway)

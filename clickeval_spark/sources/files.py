@@ -8,12 +8,13 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from clickeval_spark.errors import InputError
+from clickeval_spark.spark_internals import glob, list_files
 
 RAW_MAX_CHARS = 1000  # quarantine keeps this much of a bad record (and of its reason and locator)
 # Java regex: what str.strip() / str.isspace() call whitespace (ASCII, the \x1c-\x1f separators, Unicode spaces)
 WHITESPACE = r"[\p{javaWhitespace}\p{Z}\x{85}]"
-# the same characters, listed (for Arrow's trim), rather than found at every import by scanning all of Unicode
-# (67 ms): tests/sources/test_text_batches.py checks them against the Java class and str.isspace()
+# the same characters, listed (for Arrow's trim), rather than found at every import by a slow scan of all of
+# Unicode: tests/sources/test_text_batches.py checks them against the Java class and str.isspace()
 WHITESPACE_CHARS = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
                     "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 
@@ -21,14 +22,11 @@ WHITESPACE_CHARS = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u
 def ensure_readable(spark: SparkSession, path: str, missing: str | None = None) -> None:
     """Fail with one line naming the file when it is missing (`missing`, else "<path>: cannot be read"),
     before Spark's deep stack traces."""
-    jvm = spark.sparkContext._jvm
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
     try:
-        fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-        matches = fs.globStatus(hpath)
+        matches = glob(spark, path)
     except Exception as exc:  # py4j wraps the Hadoop error: keep only its message
         raise InputError(f"{path}: cannot be read ({str(exc).splitlines()[0]})") from None
-    if matches is None or len(matches) == 0:
+    if not matches:
         raise InputError(missing or f"{path}: cannot be read (no such file)")
 
 
@@ -39,19 +37,7 @@ def input_files(spark: SparkSession, path: str) -> list[str]:
     '_' or '.' (what Spark skips too); nested folders are left out, so every file
     listed here is one Spark certainly reads.
     """
-    jvm = spark.sparkContext._jvm
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    files = []
-    for status in fs.globStatus(hpath) or []:
-        if status.isFile():
-            files.append(status.getPath().toUri().toString())
-            continue
-        for child in fs.listStatus(status.getPath()):
-            name = child.getPath().getName()
-            if child.isFile() and not name.startswith(("_", ".")):
-                files.append(child.getPath().toUri().toString())
-    return sorted(files)
+    return list_files(spark, path)
 
 
 def same_file(uri: str) -> tuple[str, str, str]:

@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 
 from clickeval_spark.config import validate_run_id
 from clickeval_spark.errors import ClickevalError
+from clickeval_spark.spark_internals import path_exists
 from clickeval_spark.tables.predicates import slice_predicate, user_metadata
 from clickeval_spark.tables.retries import TableCreationRace, with_conflict_retries
 from clickeval_spark.tables.schemas import PARTITION_COLUMNS, SCHEMAS, WRITTEN_BY
@@ -65,17 +66,10 @@ def create_table(spark: SparkSession, warehouse: str, name: str) -> None:
     except AnalysisException as exc:
         # Another writer's create has begun (its _delta_log is there, its commit maybe not): Delta finds the
         # location not empty, or the builder's read-back of the table (DeltaTable.forPath) finds no commit
-        # (DELTA_TABLE_NOT_FOUND: CI after the 19th session, 1 race in 40 here). Both are retried; files
-        # of anything else at the path stay Delta's error.
-        if any(f"[{c}]" in str(exc) for c in _RACE_CONDITIONS) and _exists(spark, f"{path}/_delta_log"):
+        # (DELTA_TABLE_NOT_FOUND). Both are retried; files of anything else at the path stay Delta's error.
+        if any(f"[{c}]" in str(exc) for c in _RACE_CONDITIONS) and path_exists(spark, f"{path}/_delta_log"):
             raise TableCreationRace(f"{name}: another writer is creating the table at {path}") from exc
         raise
-
-
-def _exists(spark: SparkSession, path: str) -> bool:
-    jvm = spark.sparkContext._jvm
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
-    return bool(hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(hpath))
 
 
 def replace_slice(df: DataFrame, warehouse: str, name: str, keys: dict[str, str], run_id: str,
