@@ -3,7 +3,8 @@
 Every per-(query, doc) parameter depends only on the SERPs of its own query, so the log is packed
 once into blocks (a query's SERPs all go to block xxhash64(query_id) mod n_blocks; with groups, the
 group's first block plus that mod the group's n_blocks), one row each (`codec`), and every EM pass
-is a narrow stage over them: the blocked layout Spark MLlib's ALS uses for per-key state.
+is a narrow stage over them: the blocked layout Spark MLlib's ALS uses for per-key state. Where the
+blocks' rows live between passes (partitions, checkpoints) is `layout`'s.
 
 Groups: a packed log may hold several independent logs (the surrogate stage's real log and every
 generator's sequences), each in its own consecutive range of blocks, packed as it would be alone.
@@ -19,19 +20,20 @@ from typing import Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.em.codec import decode_keys, group_of, pack_block
+# checkpointed and cluster_slots are part of this module's interface too (the EM passes import them here)
+from clickeval_spark.em.layout import (balanced, checkpointed, cluster_slots, release,  # noqa: F401
+                                       task_partitions, to_partitions)
 from clickeval_spark.fitted.attach import truncate_serps
 from clickeval_spark.models.base import ClickModel
-from clickeval_spark.session import cache_level
 
-#: SERPs per block: enough that a task's numpy work dwarfs its scheduling cost (a Python task costs ~0.1 s
-#: per pass), small enough that a block's arrays stay ~13 MB (50 bytes per SERP of 10 ranks); the paired
-#: runs against 131072 are in benchmarks/RESULTS.md. Logs under MIN_BLOCKS * BLOCK_SERPS SERPs get
+#: SERPs per block: enough that a task's numpy work dwarfs a Python task's scheduling cost in every pass,
+#: small enough that a block's arrays stay ~13 MB (50 bytes per SERP of 10 ranks); the comparison with
+#: 131072 is in benchmarks/RESULTS.md. Logs under MIN_BLOCKS * BLOCK_SERPS SERPs get
 #: MIN_BLOCKS blocks either way.
 BLOCK_SERPS = 262144
 
@@ -100,64 +102,6 @@ def n_blocks_for(n_serps: int, block_serps: int | None = None) -> int:
     return max(MIN_BLOCKS, math.ceil(n_serps / (block_serps or BLOCK_SERPS)))
 
 
-def cluster_slots(df: DataFrame) -> int:
-    """Tasks the cluster runs at once now (0 with dynamic allocation: barrier mode refuses it)."""
-    sc = df.sparkSession.sparkContext
-    if sc.getConf().get("spark.dynamicAllocation.enabled", "false").lower() == "true":
-        return 0
-    jsc = sc._jsc.sc()   # no public API for the slot count; the barrier scheduler checks this same number
-    return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
-
-
-def checkpointed(df: DataFrame, *, keep_cached: bool = False) -> DataFrame:
-    """``df`` computed once, its lineage cut where a lost executor's partitions are rebuilt from.
-
-    With a checkpoint directory on the SparkContext (``spark.checkpoint_dir``, reliable storage on a
-    cluster) the rows are written there: a lost executor's partitions are read back. Without one they
-    are local checkpoints, kept by the executors that computed them and lost with them (the embedded
-    default). ``keep_cached``: also serve the reliable copy from the executors' storage (read repeatedly).
-    ``df``'s own cache, if any, is released. Everything kept is kept at `cache_level`, as RDD blocks.
-
-    Why RDD blocks, not ``Dataset.cache()``: the columnar cache builds a batch of up to 10,000 rows in the
-    heap before storing it at any level, and block rows are MBs each: a partition's blocks in one batch ran
-    executors of 1g out of heap (benchmarks/cluster_memory.py). RDD blocks are stored row by row (streamed
-    to disk under DISK_ONLY).
-    """
-    level = cache_level(df.sparkSession, None)
-    if df.sparkSession.sparkContext.getCheckpointDir() is None:
-        out = df.localCheckpoint(eager=True, storageLevel=level)
-        df.unpersist()
-        return out
-    # the checkpoint counts its input, then writes it in a second job: from kept blocks, df is computed once
-    rdd = _checkpoint_rdd(df)
-    kept = df.is_cached or (rdd is not None and rdd.getStorageLevel().isValid())   # (a local checkpoint's)
-    local = df if kept else df.localCheckpoint(eager=True, storageLevel=level)
-    out = local.checkpoint(eager=True)
-    if local is not df:
-        release(local)
-    df.unpersist()
-    if keep_cached:   # filled by the first read; a lost block is read back from the checkpoint's files
-        sc = df.sparkSession.sparkContext
-        _checkpoint_rdd(out).persist(sc._getJavaStorageLevel(level or StorageLevel.MEMORY_AND_DISK))
-    return out
-
-
-def _checkpoint_rdd(df: DataFrame):
-    """The JVM RDD behind a checkpoint's DataFrame, or None (no public API reaches it)."""
-    plan = df._jdf.queryExecution().analyzed()
-    return plan.rdd() if plan.nodeName() == "LogicalRDD" else None
-
-
-def release(df: DataFrame) -> None:
-    """Free what ``df`` holds in the executors: its cache, and the RDD behind a checkpoint
-    (`checkpointed`). ``unpersist`` alone leaves that RDD persisted until the session ends: an EM fit
-    kept one copy of every block's state per checkpoint interval (a 10M-SERP fit ran out of heap)."""
-    df.unpersist()
-    rdd = _checkpoint_rdd(df)
-    if rdd is not None:
-        rdd.unpersist(False)
-
-
 def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None, fold: bool = True,
              at_most: int | None = None, queries: DataFrame | None = None) -> PackedLog:
     """Pack SERPs (query_id, doc_ids, clicks, optional held_out and group; lists already cut to
@@ -177,8 +121,8 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None, fol
     packed SERPs, which the pack counts anyway: a log that filled fewer blocks than that is packed again.
     ``queries``: one group only; the log's query_id rows (before a filter is fine), counted per block (a read
     of query_id alone), so that the pack's tasks, which Spark starts in partition order, take the largest
-    blocks first. A log's largest block holds its head queries; by its number alone a 10M log's (1.75M
-    SERPs, a 14 s task) started 28 s into the pack's 42 s stage and ran while the other core idled.
+    blocks first. A log's largest block holds its head queries: started by its number alone, its task can
+    start late in the pack's stage and run on while the other cores idle (benchmarks/RESULTS.md).
     """
     M = int(max_rank)
     if "held_out" not in prep.columns:
@@ -188,18 +132,18 @@ def pack_log(prep: DataFrame, max_rank: int, block_serps: int | None = None, fol
     if "group" not in prep.columns:
         prep = prep.withColumn("group", F.lit(0))
     groups = _block_groups({0: (at_most, 0)} if at_most is not None else _group_rows(prep), block_serps)
-    packed, sizes = _packed(prep, M, groups, block_serps, fold, _largest_first(queries, groups))
+    packed, sizes = packed_blocks(prep, M, groups, block_serps, fold, largest_first(queries, groups))
     exact = _block_groups(_group_counts(groups, sizes), block_serps)
     if [g.n_blocks for g in exact] != [g.n_blocks for g in groups]:   # the filter took a block's worth
         packed.unpersist()
-        packed, sizes = _packed(prep, M, exact, block_serps, fold, _largest_first(queries, exact))
-    blocks = checkpointed(balanced(packed.select(*BLOCK_SCHEMA.fieldNames()), _task_partitions(prep, len(sizes)),
+        packed, sizes = packed_blocks(prep, M, exact, block_serps, fold, largest_first(queries, exact))
+    blocks = checkpointed(balanced(packed.select(*BLOCK_SCHEMA.fieldNames()), task_partitions(prep, len(sizes)),
                                    sizes), keep_cached=True)
     packed.unpersist()
     return PackedLog(blocks=blocks, max_rank=M, groups=tuple(exact), sizes=sizes)
 
 
-def _largest_first(queries: DataFrame | None, groups: list[BlockGroup]) -> list[int] | None:
+def largest_first(queries: DataFrame | None, groups: list[BlockGroup]) -> list[int] | None:
     """The blocks of a one-group log, the most query_id rows first (by number on a tie); None without
     ``queries``. One row per block reaches the driver."""
     if queries is None:
@@ -215,13 +159,6 @@ def _largest_first(queries: DataFrame | None, groups: list[BlockGroup]) -> list[
 def _query_block(n_blocks: Column | int) -> Column:
     """A query's block within its group (0..n_blocks-1): a hash of its query_id."""
     return F.pmod(F.xxhash64(F.lit("clickeval-block"), F.col("query_id")), n_blocks)
-
-
-def _task_partitions(df: DataFrame, n_blocks: int) -> int:
-    """Partitions for ``n_blocks`` blocks: no more than the cluster runs tasks at once (without dynamic
-    allocation), so a resident EM stage, one task per slot, starts on them as they are, not on a shuffle of
-    every block."""
-    return max(1, min(n_blocks, cluster_slots(df) or n_blocks))
 
 
 def _group_rows(prep: DataFrame) -> dict[int, tuple[int, int]]:
@@ -256,7 +193,7 @@ def _group_counts(groups: list[BlockGroup], sizes: Mapping[int, tuple[int, int, 
     return counts
 
 
-def _packed(prep: DataFrame, M: int, groups: list[BlockGroup], block_serps: int | None, fold: bool,
+def packed_blocks(prep: DataFrame, M: int, groups: list[BlockGroup], block_serps: int | None, fold: bool,
             order: list[int] | None = None) -> tuple[DataFrame, dict[int, tuple[int, int, int]]]:
     """The log packed into ``groups``' blocks (cached, `_PACKED_SCHEMA` rows), and each block's (data bytes,
     training SERPs, held-out SERPs). ``order`` (one group): its blocks in the order their pack tasks start."""
@@ -304,79 +241,11 @@ def _packed(prep: DataFrame, M: int, groups: list[BlockGroup], block_serps: int 
         task = F.pmod(F.col("block"), F.lit(n_parts))
     else:   # block order[t] in partition t
         task = F.element_at(F.array(*[F.lit(t) for t in np.argsort(order).tolist()]), F.col("block") + 1)
-    packed = _to_partitions(rows, n_parts, task).mapInArrow(pack, _PACKED_SCHEMA).cache()
+    packed = to_partitions(rows, n_parts, task).mapInArrow(pack, _PACKED_SCHEMA).cache()
     # the job that fills the cache: one row per block reaches the driver
     sizes = {int(r["block"]): (int(r["bytes"]), int(r["n_train"]), int(r["n_held_out"])) for r in
              packed.select("block", F.length("data").alias("bytes"), "n_train", "n_held_out").collect()}
     return packed, sizes
-
-
-def balanced(blocks: DataFrame, n: int, sizes: Mapping[int, tuple[int, ...]]) -> DataFrame:
-    """``blocks`` in ``n`` partitions of about equal work, so no task of a pass waits on another: blocks by
-    the bytes of their data (a pass's work is linear in its rows), largest first, each to the partition with
-    the fewest bytes so far. Blocks are far from equal: a query's SERPs all go to its block, and a log's head
-    queries are large (a 10M log's blocks: 108k to 1.75M SERPs).
-
-    ``sizes``: block -> (bytes, ...) of at least ``blocks``' blocks.
-    """
-    if not sizes:   # an empty log
-        return blocks.coalesce(n)
-    load, where = [0] * n, {}
-    for block in sorted(sizes, key=lambda b: (-sizes[b][0], b)):
-        t = min(range(n), key=lambda i: (load[i], i))
-        load[t] += sizes[block][0]
-        where[block] = t
-    pairs = [F.lit(v) for b in sorted(where) for v in (b, where[b])]
-    return _to_partitions(blocks, n, F.element_at(F.create_map(*pairs), F.col("block")))
-
-
-def replicated(blocks: DataFrame, n: int) -> DataFrame:
-    """``blocks`` copied into each of ``n`` partitions: every partition holds every block (a selection sample's
-    few blocks, for tasks that share out candidates instead of blocks)."""
-    copies = blocks.crossJoin(blocks.sparkSession.range(n).select(F.col("id").cast("int").alias("_copy")))
-    return _to_partitions(copies, n, F.col("_copy")).drop("_copy")
-
-
-def _to_partitions(df: DataFrame, n: int, partition: Column) -> DataFrame:
-    """``df`` in ``n`` partitions, each row in the one ``partition`` (an int column, 0..n-1) names: a shuffle
-    keyed on a long that Spark's hash partitioning sends there (`_partition_keys`)."""
-    keys = F.array(*[F.lit(k) for k in _partition_keys(n)])
-    return df.repartition(n, F.element_at(keys, partition + 1).cast("long"))
-
-
-def _partition_keys(n: int) -> list[int]:
-    """For each partition t < n a key that ``repartition(n, key)`` sends to t when the key is a long (an int
-    hashes otherwise): Spark's hash partitioning is pmod(hash(key), n), `spark_hash_long`, tried on 0, 1, 2, ..."""
-    found: dict[int, int] = {}
-    key = 0
-    while len(found) < n:
-        found.setdefault(spark_hash_long(key) % n, key)   # Python's % of a positive n is Spark's pmod
-        key += 1
-    return [found[t] for t in range(n)]
-
-
-def spark_hash_long(value: int) -> int:
-    """Spark's `hash` of a long (Murmur3_x86_32.hashLong, seed 42), as the signed int Spark returns: what its
-    hash partitioning takes pmod n of. Checked against `F.hash` in tests/em/test_pack_layout.py."""
-    def mix_k1(k: int) -> int:
-        k = (k * 0xCC9E2D51) & 0xFFFFFFFF
-        k = ((k << 15) | (k >> 17)) & 0xFFFFFFFF
-        return (k * 0x1B873593) & 0xFFFFFFFF
-
-    def mix_h1(h: int, k: int) -> int:
-        h ^= k
-        h = ((h << 13) | (h >> 19)) & 0xFFFFFFFF
-        return (h * 5 + 0xE6546B64) & 0xFFFFFFFF
-
-    v = value & 0xFFFFFFFFFFFFFFFF
-    h = mix_h1(mix_h1(42, mix_k1(v & 0xFFFFFFFF)), mix_k1(v >> 32))
-    h ^= 8   # the length in bytes
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-    h ^= h >> 16
-    return h - (1 << 32) if h >= 1 << 31 else h
 
 
 def pack_serps(serps: DataFrame, max_rank: int = 10, block_serps: int | None = None,
@@ -451,6 +320,6 @@ def sample_of(packed: PackedLog, serps: int) -> PackedLog | None:
     sizes = {b: packed.sizes[b] for b in ids if b in packed.sizes}   # (a block no query hashed to has none)
     kept = packed.blocks.where(F.col("block").isin(ids))
     # its own balance: a few blocks of unequal size, which the log's partitions hold unevenly
-    kept = balanced(kept, _task_partitions(kept, len(ids)), sizes)
+    kept = balanced(kept, task_partitions(kept, len(ids)), sizes)
     n_serps, n_held_out = (sum(v[i] for v in sizes.values()) for i in (1, 2))
     return PackedLog(kept, packed.max_rank, (BlockGroup(group.first_block, len(ids), n_serps, n_held_out),), sizes)

@@ -36,7 +36,8 @@ import pyarrow as pa
 from pyspark import BarrierTaskContext
 from pyspark.sql import DataFrame
 
-from clickeval_spark.em.blocks import PASS_SCHEMA, checkpointed, release, replicated
+from clickeval_spark.em.blocks import PASS_SCHEMA
+from clickeval_spark.em.layout import checkpointed, release, replicated
 from clickeval_spark.em.passes import EngineLost, PassPlan
 from clickeval_spark.em.step import BlockArrays
 from clickeval_spark.em.sums import block_pass, pass_plans, stats_layout, sum_block_stats
@@ -166,7 +167,7 @@ def _session_conf(spark, key: str, value: str):
 
     Used for the stage's input batches: one block per Arrow batch, so a task decodes a block while the next
     one arrives, and the executor's Arrow buffer is sized for one block, not grown (by doubling, in fresh
-    memory) to all of a task's: a 10M-SERP log's task took in 250 MB as one batch."""
+    memory) to all of a task's blocks at once."""
     old = spark.conf.get(key, None)
     spark.conf.set(key, value)
     try:
@@ -180,9 +181,9 @@ def _session_conf(spark, key: str, value: str):
 
 class ResidentPasses:
     """The passes of one fit in one barrier stage over ``blocks`` (a packed log's, or PASS_SCHEMA rows), in at
-    most ``n_tasks`` tasks (no more than the cluster's slots: `blocks.cluster_slots`).
+    most ``n_tasks`` tasks (no more than the cluster's slots: `layout.cluster_slots`).
 
-    ``run(plans)`` is one pass, with `blocks.run_iteration`'s sums; ``finish()`` ends the stage and
+    ``run(plans)`` is one pass, with `stage_passes.run_iteration`'s sums; ``finish()`` ends the stage and
     returns the blocks with their final state, ``end()`` ends it without them; ``close()`` cancels the stage
     if it is still running.
     """
