@@ -3,9 +3,10 @@
 Before every task PySpark's worker calls ``importlib.invalidate_caches()`` (worker_util.setup_spark_files).
 On Python 3.10 and 3.11 that makes every ``zipimporter`` re-read its archive's whole directory at once:
 pyspark.zip once per package path imported from it, py4j's zip and the spark-core jar Spark puts on the
-workers' PYTHONPATH: most of a small task's time (benchmarks/RESULTS.md). CPython fixed it in 3.12 (gh-103200: invalidation only marks the
-cache stale); this module gives 3.10/3.11 the same effect: an archive's directory is re-read when the
-file changed (mtime, ctime, size or inode), not on every call. Then it runs ``pyspark.daemon`` unchanged.
+workers' PYTHONPATH: most of a small task's time (benchmarks/RESULTS.md). Python 3.12 only marks the cache
+stale on invalidation (gh-103200); this module gives 3.10/3.11 the same effect: an archive's directory is
+re-read when the file changed (mtime, ctime, size or inode), not on every call. Then it runs
+``pyspark.daemon`` unchanged.
 
 Used as ``spark.python.daemon.module`` (`clickeval_spark.session.build_session` sets it for the embedded
 mode, where the workers run this venv's Python). The module must be importable by the executors'

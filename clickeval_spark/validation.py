@@ -49,8 +49,8 @@ class Checked:
 def _ruled(records: DataFrame, rules: list[tuple[str, Column, Column]]) -> DataFrame:
     """`records` with `rule` (the first rule whose condition holds, else null) and `reason` (that rule's).
 
-    The reason is picked by the rule's code, so each condition is evaluated once per record: choosing
-    the reason by the conditions again cost the 1M-SERP ingest ~1 s (benchmarks/RESULTS.md)."""
+    The reason is picked by the rule's code, so each condition is evaluated once per record, not again
+    to choose the reason (benchmarks/RESULTS.md)."""
     rule = F.when(rules[0][1], F.lit(rules[0][0]))
     for code, broken, _ in rules[1:]:
         rule = rule.when(broken, F.lit(code))
@@ -60,18 +60,18 @@ def _ruled(records: DataFrame, rules: list[tuple[str, Column, Column]]) -> DataF
     return records.withColumn("rule", rule).withColumn("reason", reason)
 
 
-def _blank_text(text: Column) -> Column:
+def blank_text(text: Column) -> Column:
     """Null, empty, or only whitespace of any kind (tabs, newlines, Unicode spaces): not an id."""
     # A text whose first byte is printable ASCII other than space ("!" <= text < DEL, compared as bytes) is
     # not blank: that settles nearly every id without a copy. Only the rest is trimmed, since trimming a list of
     # characters scans the list for each character, and the regex ^WHITESPACE*$ first copies each id into a
-    # Java string: either alone on every doc id cost the 1M ingest ~1 s (benchmarks/RESULTS.md).
+    # Java string: either alone on every doc id is a measurable share of the ingest (benchmarks/RESULTS.md).
     printable_first = (text >= F.lit("!")) & (text < F.lit("\x7f"))
     return text.isNull() | (~printable_first & (F.btrim(text, F.lit(WHITESPACE_CHARS)) == ""))
 
 
 def _blank(col: str) -> Column:
-    return _blank_text(F.col(col))
+    return blank_text(F.col(col))
 
 
 def check_serps(parsed: DataFrame, *, max_rank: int, keep: StorageLevel | None = None,
@@ -89,7 +89,7 @@ def check_serps(parsed: DataFrame, *, max_rank: int, keep: StorageLevel | None =
         ("unparseable", F.col("parse_rule").isNotNull(), F.col("parse_reason")),
         ("missing_id",
          _blank("session_id") | _blank("query_id") | _blank("serp_id")
-         | F.coalesce(F.exists("doc_ids", _blank_text), F.lit(False)),
+         | F.coalesce(F.exists("doc_ids", blank_text), F.lit(False)),
          F.lit("session id, query id, serp id and every doc id must be present")),
         ("empty_result_list", F.col("doc_ids").isNull() | (n_docs == 0), F.lit("the result list is empty")),
         ("length_mismatch",
@@ -121,8 +121,8 @@ def check_serps(parsed: DataFrame, *, max_rank: int, keep: StorageLevel | None =
     ruled = _ruled(parsed, rules)
     if not numbered_ids:
         ruled = _flag_duplicates(ruled, "serp_id", "duplicate_serp_id", F.format_string("serp_id %s", F.col("serp_id")))
-    # the raw text is read only by the quarantine: an accepted record's is dropped (at 1M SERPs of per-query
-    # text, 163 MB that `keep` would otherwise hold for nothing)
+    # the raw text is read only by the quarantine: an accepted record's is dropped, so `keep` does not hold
+    # every record's text for nothing
     ruled = ruled.withColumn("raw", F.when(F.col("rule").isNotNull(), F.col("raw")))
     if keep is not None:
         ruled = ruled.persist(keep)
@@ -148,7 +148,7 @@ def check_labels(parsed: DataFrame) -> Checked:
     n_docs = F.size("doc_ids")
     rules = [
         ("unparseable", F.col("parse_rule").isNotNull(), F.col("parse_reason")),
-        ("missing_id", _blank("query_id") | F.coalesce(F.exists("doc_ids", _blank_text), F.lit(False)),
+        ("missing_id", _blank("query_id") | F.coalesce(F.exists("doc_ids", blank_text), F.lit(False)),
          F.lit("query id and doc ids must be present")),
         ("empty_result_list", F.col("doc_ids").isNull() | (n_docs == 0), F.lit("no judged documents")),
         ("length_mismatch", F.col("relevances").isNull() | (F.size("relevances") != n_docs),

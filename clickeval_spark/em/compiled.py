@@ -5,7 +5,7 @@ the rank's cell: PBM's the rank, UBM's the rank and the rank of the last click a
 read once and its posteriors go straight into their pair's and cell's sums, instead of the numpy
 kernels' dozen (B, M) temporaries per slice. The sums equal the numpy kernels' up to rounding (a
 row's LL is the log of its ranks' product, logged early near underflow); those stay the reference
-(tests/models/test_compiled.py) and serve every other model.
+(tests/em/test_compiled.py) and serve every other model.
 
 Compiled on first use in each process and cached in ``__pycache__`` where that is writable; elsewhere
 (a read-only install, a ``--py-files`` zip) compiled in memory rather than numba's fallback cache under
@@ -80,7 +80,7 @@ def rank_weighted_sums(bins: np.ndarray, weight: np.ndarray, by_rank: np.ndarray
                        out: np.ndarray) -> None:
     """Adds weight[b] * by_rank[f, r] to out[f, bins[b, r]] for the rows b < n_rows and every rank r, in row
     then rank order: `base.binned_sums` of those products (the same terms in the same order, so the same
-    sums) without its (B, M) temporaries (a 10M log's 473k-row block: 19 ms a call, now 3)."""
+    sums) without its (B, M) temporaries, which take most of its time on a large block (benchmarks/RESULTS.md)."""
     M = bins.shape[1]
     for f in range(by_rank.shape[0]):
         for b in range(n_rows):

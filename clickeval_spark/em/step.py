@@ -81,7 +81,7 @@ class BlockArrays:
     def pair_means(self, by_rank: np.ndarray) -> np.ndarray:
         """`_pair_means` of ``by_rank`` (read-only), kept for the passes after while it is asked for: a
         candidate's rank means stay fixed after its warm-up, and the resident engine keeps its blocks
-        between passes (a 250k-row block: 7 ms per candidate and pass)."""
+        between passes, so each pass after saves a sum over every training row of the block per candidate."""
         key = np.asarray(by_rank, dtype=np.float64).tobytes()
         entry = self._kept_pair_means.get(key)
         if entry is None:
@@ -254,7 +254,7 @@ def _examination_pass(g: Mapping[str, np.ndarray], block: BlockArrays, alpha: np
     """(training LL, held-out LL or 0 without ``held_out``) of an examination model's block
     (`compiled.examination_pass`); with ``estep`` the training rows' E-step sums are added to
     alpha_num (n_pairs,), gamma_num, gamma_den and alpha_rank_num (M,)."""
-    # imported here: numba costs a process ~125 MB and 0.3 s, and only processes that run EM passes need it
+    # imported here: numba is heavy to import (memory and start-up time), and only processes that run EM passes need it
     from clickeval_spark.em.compiled import examination_pass
 
     gamma = np.asarray(g["gamma"], dtype=np.float64)

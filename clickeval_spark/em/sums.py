@@ -44,7 +44,7 @@ def split_stats(model: ClickModel, M: int, vec: np.ndarray) -> dict[str, np.ndar
     return out
 
 
-def _lanes(plans: list[PassPlan], n_groups: int) -> list[list[int]]:
+def plan_lanes(plans: list[PassPlan], n_groups: int) -> list[list[int]]:
     """Per group, the indices of its candidates: the order of their state slots in the group's blocks."""
     stray = sorted({p.group for p in plans} - set(range(n_groups)))
     if stray:   # its blocks do not exist: the fit would silently sum zeros
@@ -79,9 +79,9 @@ def block_pass(model: ClickModel, plans: list[PassPlan], lanes: list[list[int]],
 
 
 def pass_plans(plans: list[PassPlan], n_groups: int) -> tuple[list[PassPlan], list[list[int]]]:
-    """The plans with float64 global parameters, and their lanes (`_lanes`): what a task needs for `block_pass`."""
+    """The plans with float64 global parameters, and their lanes (`plan_lanes`): what a task needs for `block_pass`."""
     plans = [replace(p, g={k: np.asarray(v, dtype=np.float64) for k, v in p.g.items()}) for p in plans]
-    return plans, _lanes(plans, n_groups)
+    return plans, plan_lanes(plans, n_groups)
 
 
 def sum_block_stats(model: ClickModel, M: int, plans: list[PassPlan], vecs: Iterable[np.ndarray],

@@ -1,5 +1,5 @@
 """Bringing fitted per-(query, doc) parameters to SERPs, and SERP lists as padded numpy arrays:
-what predict and the sampler share (EM packs its own blocks, models/blocks.py).
+what predict and the sampler share (EM packs its own blocks, em/blocks.py).
 
 The kernels' side runs in `mapInArrow`: list columns reach numpy as their flat values and
 lengths, and go back the same way, with no Python object per SERP (`batch_arrays`, `list_array`).
@@ -124,11 +124,11 @@ def attach_qd(df: DataFrame, qd: DataFrame | None, params: Sequence[str],
         arrays = [F.transform(F.col("doc_ids"), _constant(prior[p])).alias(qd_array_col(p))
                   for p in params]
         return df.select(*df.columns, *arrays)
-    return _attach_by_size(df, qd, params, prior, MAP_MAX_DOCS)
+    return attach_by_size(df, qd, params, prior, MAP_MAX_DOCS)
 
 
-def _attach_by_size(df: DataFrame, qd: DataFrame, params: Sequence[str],
-                    prior: Mapping[str, float | Sequence[float]], max_map_docs: int) -> DataFrame:
+def attach_by_size(df: DataFrame, qd: DataFrame, params: Sequence[str],
+                   prior: Mapping[str, float | Sequence[float]], max_map_docs: int) -> DataFrame:
     """`attach_qd` with an explicit threshold (0: every query takes the join route)."""
     n_docs = F.count(F.lit(1)).over(Window.partitionBy("query_id"))
     sized = qd.select("query_id", "doc_id", *[F.col(p) for p in params], n_docs.alias("_qd_n"))

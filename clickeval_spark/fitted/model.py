@@ -54,7 +54,7 @@ class FittedModel:
     #: LL per position of the held-out SERPs packed with the log (None without)
     valid_ll: float | None = None
     #: per rank, the held-out SERPs reaching it and their summed ln P(observed click) under p_click
-    #: (`spark_em.fit_groups` with ``ppl_eps``: the surrogate's Reverse PPL terms; None otherwise)
+    #: (`em.driver.fit_groups` with ``EMOptions.ppl_eps``: the surrogate's Reverse PPL terms; None otherwise)
     held_out_ppl: tuple[np.ndarray, np.ndarray] | None = None
 
     def unseen_at_ranks(self, p: str) -> list[float]:

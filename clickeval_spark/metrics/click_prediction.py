@@ -114,8 +114,8 @@ def _serp_stats_fn(max_rank: int, eps: float, keys: list[str]):
 def serp_stats(predictions: DataFrame, max_rank: int, eps: float) -> DataFrame:
     """KEYS, serp_id, stats: one row per SERP, its statistics as one array<long> in the order of
     `stat_columns(max_rank)` (n_serps = 1 when the SERP has a rank 1), straight from the arrays (no
-    explode), in one vectorised pass per Arrow batch (``mapInArrow``; as Spark SQL expressions, 30
-    per row, it cost 27 s at 3M rows): the rank-t columns read element t. Log terms are fixed-point
+    explode), in one vectorised pass per Arrow batch (``mapInArrow``: far cheaper than 30 Spark SQL
+    expressions per row, benchmarks/RESULTS.md): the rank-t columns read element t. Log terms are fixed-point
     longs, rounded as `bootstrap.to_fixed` rounds.
 
     One array, not 33 columns: the rows are only moved on (joined to their sessions) and read
@@ -135,7 +135,7 @@ def serp_session_stats(predictions: DataFrame, sessions: DataFrame, max_rank: in
     """model, dataset, split, session_id, stats (`serp_stats`' array): one row per SERP, with its session.
 
     The sessions (one narrow row per SERP) are the hashed side of the join, so the statistics are
-    not sorted (a sort-merge join cost 2.3 s more at 3M prediction rows)."""
+    not sorted, as a sort-merge join would sort them (benchmarks/RESULTS.md)."""
     return (
         serp_stats(predictions, max_rank, eps)
         .join(sessions.hint("shuffle_hash"), on=["dataset", "serp_id"], how="inner")

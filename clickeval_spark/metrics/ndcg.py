@@ -128,8 +128,8 @@ def serp_ndcg(graded: DataFrame, scores: DataFrame, models: Sequence[str], cutof
 
     The scores are pivoted to a column per model and joined to the graded documents once for all
     models; each SERP's documents are then collected into one row and ranked in numpy, every model
-    in one vectorised pass per batch (`_ndcg_fn`): as window functions over (model, SERP) rows it
-    took two sorts and two more shuffles of models x graded documents.
+    in one vectorised pass per batch (`_ndcg_fn`): window functions over (model, SERP) rows would
+    need two sorts and two more shuffles of models x graded documents.
     """
     models = list(models)
     wide = (scores.where(F.col("model").isin(*models)).groupBy("query_id", "doc_id")

@@ -1,16 +1,15 @@
 """The bootstrap's Poisson(1) weights as one compiled loop (numba): `bootstrap.poisson_weights`.
 
 The numpy draws (`bootstrap.numpy_poisson_weights`) run splitmix64 over an (n, R) uint64 matrix
-through a dozen temporaries and a `searchsorted`: 0.041 s per 10,000 sessions x 200 replicates,
-two and a half times the two BLAS products that weigh the statistics with them; this loop takes
-0.010 s (best of three, a quiet machine). Each weight is one pass of splitmix64 and eight
-branch-free comparisons with the Poisson CDF, then a scan in the rare case (~1e-5) that all
-eight hold. The integer
-arithmetic wraps as numpy's does and the uniform is the same double, so the weights are the
-same integers (tests/metrics/test_bootstrap.py compares them with the numpy draws).
+through a dozen temporaries and a `searchsorted`, which costs more than the two BLAS products that
+weigh the statistics with them; this loop needs no temporaries (the measurements: benchmarks/RESULTS.md).
+Each weight is one pass of splitmix64 and eight branch-free comparisons with the Poisson CDF, then a
+scan in the rare case (~1e-5) that all eight hold. The integer arithmetic wraps as numpy's does and
+the uniform is the same double, so the weights are the same integers (tests/metrics/test_bootstrap.py
+compares them with the numpy draws).
 
 Compiled on first use in each process and cached in ``__pycache__`` where that is writable, as
-`models.compiled`.
+`em.compiled`.
 """
 
 from __future__ import annotations

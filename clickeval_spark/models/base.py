@@ -81,14 +81,14 @@ class ClickModel(ABC):
         """E-step (or counting pass): num/den for every parameter.
 
         ``weight`` (B,): how many identical SERPs each row stands for (a folded log,
-        `blocks.pack_block`); the global sums count each row that many times. The qd
+        `em.codec.pack_block`); the global sums count each row that many times. The qd
         arrays stay per row: the caller weights them as it sums them per pair.
         """
 
     def row_constants(self, clicks: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
         """Arrays the kernel derives from the clicks alone, each with one entry per row (axis 0).
 
-        The clicks never change during a fit, so EM computes a block's once (`blocks.BlockArrays`) and
+        The clicks never change during a fit, so EM computes a block's once (`em.step.BlockArrays`) and
         hands each slice's back as ``const`` to `estep_and_log_likelihood` and `scored_log_likelihood`,
         instead of the kernel deriving them again in every pass. Empty unless a kernel overrides this.
         """
@@ -100,7 +100,7 @@ class ClickModel(ABC):
         """`expected_stats` and the per-SERP `log_likelihood` under the same parameters: what an EM pass needs.
 
         A kernel whose E-step already computes P(C_r = 1 | clicks above) overrides this to
-        reuse it instead of running `cond_probs` again (issue 17 measured the LL at ~30% of a pass).
+        reuse it instead of running `cond_probs` again (the LL is a large share of a pass: benchmarks/RESULTS.md).
         ``const``: the batch's `row_constants`, or None.
         """
         return (self.expected_stats(qd, g, clicks, mask, weight),
@@ -148,7 +148,7 @@ def log_likelihood(p_cond: np.ndarray, clicks: np.ndarray, mask: np.ndarray,
                    eps: float = LL_EPS) -> np.ndarray:
     """Per-SERP log P(clicks) = sum_r log P(C_r = c_r | clicks above), natural log."""
     # P(C_r = c_r) first, then one log per rank: half the transcendental calls of log(p) beside
-    # log1p(-p) (the LL was ~30% of an EM pass); clipping 1 - p equals 1 - clipping p up to rounding
+    # log1p(-p) (the LL is a large share of an EM pass); clipping 1 - p equals 1 - clipping p up to rounding
     q = np.where(clicks == 1, p_cond, 1.0 - p_cond)
     np.log(np.clip(q, eps, 1 - eps, out=q), out=q)
     return np.where(mask, q, 0.0).sum(axis=1)

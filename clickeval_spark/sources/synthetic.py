@@ -222,7 +222,7 @@ def _serp_labels(spark: SparkSession, cfg: SyntheticConfig, dataset: str, grades
             .where((F.col("serp_pos") == cfg.sessions_mean_serps)
                    & (_uniform(cfg.seed, "label", F.col("session_id")) < cfg.label_fraction)))
     # the grades come from a spark.range of queries, which Spark sizes at 8 bytes a query: unhinted, it
-    # broadcast them, every (query, doc) pair through the driver (5M SERPs: 200 MB, a 1g driver failed)
+    # broadcasts them, every (query, doc) pair through the driver, more than a small driver holds on a large log
     per_doc = (last.select("session_id", "serp_id", "query_id", F.posexplode("doc_ids").alias("pos", "doc_id"))
                .join(grades.hint("merge"), on=["query_id", "doc_id"], how="left"))
     lists = per_doc.groupBy("session_id", "serp_id", "query_id").agg(
