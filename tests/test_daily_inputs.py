@@ -17,8 +17,7 @@ from clickeval_spark import tables
 from clickeval_spark.config import IngestConfig
 from clickeval_spark.errors import ConfigError, InputError
 from jobs import ingest as ingest_job
-from tests.sources.helpers import rules, run
-from tests.sources.test_tiangong import _interaction
+from tests.sources.helpers import interaction, rules, run
 
 pytestmark = pytest.mark.slow
 
@@ -167,10 +166,10 @@ def test_a_record_of_another_day_in_a_daily_folder_is_quarantined(spark, tmp_pat
     on_day = calendar.timegm((2026, 11, 28, 8, 0, 0))
     _write(tmp_path / "dt=2026-11-28" / "sessions.xml", (
         "<root>\n"
-        f'<session num="1" starttime="{on_day}">{_interaction(1, "q1", ["d1", "d2"], [1])}</session>\n'
-        f'<session num="2" starttime="{late}">{_interaction(1, "q1", ["d2", "d1"], [])}</session>\n'
-        f'<session num="3">{_interaction(1, "q2", ["d3"], [1])}</session>\n'   # no time: the folder's day
-        f'<session num="4" starttime="{late}">{_interaction(1, "q2", ["d3"], [1])}</session>\n'
+        f'<session num="1" starttime="{on_day}">{interaction(1, "q1", ["d1", "d2"], [1])}</session>\n'
+        f'<session num="2" starttime="{late}">{interaction(1, "q1", ["d2", "d1"], [])}</session>\n'
+        f'<session num="3">{interaction(1, "q2", ["d3"], [1])}</session>\n'   # no time: the folder's day
+        f'<session num="4" starttime="{late}">{interaction(1, "q2", ["d3"], [1])}</session>\n'
         "</root>\n"))
     cfg = IngestConfig(dataset="tg", format="tiangong_xml", paths={"all": str(tmp_path / "dt={log_date}")},
                        log_date=D28)

@@ -27,8 +27,7 @@ from clickeval_spark.config import (PROJECT_ROOT, AppConfig, EvaluateConfig, Ext
 from clickeval_spark.errors import ConfigError
 from clickeval_spark.report_html import build_report
 from clickeval_spark.runtime import load
-from tests.sources.helpers import rules, run, write
-from tests.sources.test_tiangong import _interaction
+from tests.sources.helpers import interaction, rules, run, write
 
 # minutes of Spark: `make test-fast` leaves it out (docs/development.md)
 pytestmark = pytest.mark.slow
@@ -98,12 +97,12 @@ XML_TWO_DAYS = (
     "<root>\n"
     # session 1 starts 30 s before midnight UTC; its second interaction carries its own time, after midnight
     f'<session num="1" starttime="{calendar.timegm((2026, 11, 1, 23, 59, 30)) + 0.25}">'
-    f'{_interaction(1, "q1", ["d1", "d2"], [1])}'
-    + _interaction(2, "q2", ["d4", "d5"], []).replace(
+    f'{interaction(1, "q1", ["d1", "d2"], [1])}'
+    + interaction(2, "q2", ["d4", "d5"], []).replace(
         '<interaction num="2">', f'<interaction num="2" starttime="{calendar.timegm((2026, 11, 2, 0, 0, 10))}">')
     + "</session>\n"
-    f'<session num="2">{_interaction(1, "q1", ["d2", "d1"], [])}</session>\n'  # no time: ingest.log_date
-    f'<session num="3" starttime="soon">{_interaction(1, "q3", ["d7"], [])}</session>\n'
+    f'<session num="2">{interaction(1, "q1", ["d2", "d1"], [])}</session>\n'  # no time: ingest.log_date
+    f'<session num="3" starttime="soon">{interaction(1, "q3", ["d7"], [])}</session>\n'
     "</root>\n"
 )
 LABELS = "1 1 1 1 3\n2 1 2 4 2\n3 9 9 9 4\n"  # tied to SERP 1-1 (day 1), to 1-2 (day 2), to nothing
@@ -198,7 +197,7 @@ def test_a_serps_table_partitioned_by_dataset_alone_keeps_working(spark, warehou
     cfg = IngestConfig(dataset="tg", format="tiangong_xml", paths={"all": xml}, labels=labels,
                        label_query_prefix="q", label_doc_prefix="d", log_date=D5)
     write_ingest(StageContext(spark, AppConfig(ingest=cfg), warehouse, "tg-1"), run(spark, cfg, "tg-1"))
-    day3 = write(tmp_path / "d3.xml", f'<root><session num="7">{_interaction(1, "q1", ["d1"], [1])}</session></root>')
+    day3 = write(tmp_path / "d3.xml", f'<root><session num="7">{interaction(1, "q1", ["d1"], [1])}</session></root>')
     cfg3 = IngestConfig(dataset="tg", format="tiangong_xml", paths={"all": day3}, log_date=D3)
     write_ingest(StageContext(spark, AppConfig(ingest=cfg3), warehouse, "tg-2"), run(spark, cfg3, "tg-2"))
     assert _slices(spark, warehouse, "tg") == {D1: ["1-1"], D2: ["1-2"], D3: ["7-1"], D5: ["2-1"]}

@@ -1,4 +1,4 @@
-"""How the pack lays out its blocks (em.blocks, issue 36.4): the block count from a count before the filter,
+"""How the pack lays out its blocks (em.blocks, em.layout): the block count from a count before the filter,
 checked against the SERPs packed; blocks spread over the tasks by their size."""
 
 from __future__ import annotations
@@ -8,12 +8,13 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from clickeval_spark.em.blocks import (MIN_BLOCKS, BlockGroup, _largest_first, _packed, balanced,
-                                      pack_log, pack_serps, spark_hash_long)
+from clickeval_spark.em.blocks import MIN_BLOCKS, BlockGroup, largest_first, pack_log, pack_serps, packed_blocks
 from clickeval_spark.em.codec import decode_data, pack_block
 from clickeval_spark.em.driver import fit
+from clickeval_spark.em.layout import balanced
 from clickeval_spark.models import get_model
-from tests.models.test_spark_em import Log
+from clickeval_spark.spark_internals import spark_hash_long
+from tests.em.logs import Log
 
 SERPS = T.StructType([
     T.StructField("query_id", T.StringType()),
@@ -43,8 +44,8 @@ def test_the_pack_takes_the_largest_blocks_first(spark):
             + [(f"q{i}", ["d2"], [0]) for i in range(1, 12) for _ in range(i % 5 + 1)])
     serps = spark.createDataFrame(rows, SERPS)
     groups = [BlockGroup(0, 5, len(rows), 0)]
-    order = _largest_first(serps.select("query_id"), groups)
-    packed, sizes = _packed(serps.withColumn("held_out", F.lit(False)).withColumn("group", F.lit(0)), 2, groups,
+    order = largest_first(serps.select("query_id"), groups)
+    packed, sizes = packed_blocks(serps.withColumn("held_out", F.lit(False)).withColumn("group", F.lit(0)), 2, groups,
                             None, False, order)
     try:
         counts = {b: sizes.get(b, (0, 0, 0))[1] for b in range(5)}
@@ -54,7 +55,7 @@ def test_the_pack_takes_the_largest_blocks_first(spark):
         assert where == {b: t for t, b in enumerate(order) if counts[b]}
     finally:
         packed.unpersist()
-    assert _largest_first(None, groups) is None
+    assert largest_first(None, groups) is None
 
 
 def _rows(packed):

@@ -9,7 +9,7 @@ from clickeval_spark.em import EMOptions, fit, pack_serps
 from clickeval_spark.models import get_model
 from clickeval_spark.models.priors import model_prior
 from tests.models.numpy_em import fit_numpy
-from tests.models.test_spark_em import Log
+from tests.em.logs import Log
 
 ITERATIONS = 3
 ENGINES = ("stages", "resident")

@@ -13,8 +13,7 @@ from pyspark.sql import functions as F
 from clickeval_spark.em.blocks import pack_serps
 from clickeval_spark.em.driver import fit
 from clickeval_spark.models import get_model
-from tests.models.test_priors import _split
-from tests.models.test_spark_em import Log
+from tests.em.logs import Log, split_log
 
 M = 5
 OPTIONS = dict(iterations=12, tol=None, max_rank=M, k_grid=(1.0, 16.0))
@@ -27,7 +26,7 @@ def fits(spark):
     model = get_model("ubm")
     log = Log(model, n_serps=2400, M=M, seed=23, n_queries=160)
     held = np.arange(len(log.rows)) % 4 == 0
-    train_df, valid_df = _split(spark, log, held)
+    train_df, valid_df = split_log(spark, log, held)
     # the blocks' rule (blocks.pack_log), written out: a query's SERPs go to block xxhash64 mod 4; the sample's
     # 2 blocks of 4 are spread over the range: 0 and 2
     in_sample = F.pmod(F.xxhash64(F.lit("clickeval-block"), F.col("query_id")), F.lit(4)).isin(0, 2)

@@ -18,16 +18,7 @@ from clickeval_spark.models.priors import model_prior
 from clickeval_spark.em.blocks import pack_serps
 from clickeval_spark.em.driver import fit
 from tests.models.numpy_em import fit_numpy, gather
-from tests.models.test_spark_em import SERPS_SCHEMA, Log
-
-# q1/d1 shown 3 times, clicked twice; q1/d2 shown once, never clicked; q2/d3 shown twice, clicked once
-DCTR_ROWS = [
-    ("t", "train", "s1", "r1", 1, "q1", ["d1", "d2"], None, [1, 0], None),
-    ("t", "train", "s2", "r2", 1, "q1", ["d1"], None, [1], None),
-    ("t", "train", "s3", "r3", 1, "q1", ["d1"], None, [0], None),
-    ("t", "train", "s4", "r4", 1, "q2", ["d3", "d3"], None, [1, 0], None),
-]
-
+from tests.em.logs import DCTR_ROWS, SERPS_SCHEMA, sparse_log, split_log
 
 @pytest.mark.parametrize("kind,k,expected,unseen", [
     # plain ratio: the never-clicked pair goes to 0
@@ -58,23 +49,12 @@ def test_pbm_pyclick_global_update_by_hand(spark):
     assert fitted.qd.first().alpha == pytest.approx((2 + 1 / 3 + 1) / (3 + 2), abs=1e-15)
 
 
-def _sparse_log(model, seed=4):
-    # many queries, few SERPs each: most pairs are seen a handful of times
-    return Log(model, n_serps=1500, M=6, seed=seed, n_queries=150, pool=9, extra=0)
-
-
-def _split(spark, log, held):
-    train = [r for r, h in zip(log.rows, held) if not h]
-    valid = [r for r, h in zip(log.rows, held) if h]
-    return spark.createDataFrame(train, SERPS_SCHEMA), spark.createDataFrame(valid, SERPS_SCHEMA)
-
-
 @pytest.mark.slow
 def test_auto_strength_is_the_best_valid_ll_of_independent_fits(spark):
     model = get_model("pbm")
-    log = _sparse_log(model)
+    log = sparse_log(model)
     held = np.arange(len(log.rows)) % 4 == 0
-    train_df, valid_df = _split(spark, log, held)
+    train_df, valid_df = split_log(spark, log, held)
     grid = (0.5, 4.0, 32.0)
     packed = pack_serps(train_df, max_rank=log.M, held_out=valid_df)
     try:
@@ -125,7 +105,7 @@ def test_auto_strength_is_the_best_valid_ll_of_independent_fits(spark):
 
 def test_log_posterior_is_ll_plus_beta_log_density(spark):
     model, k = get_model("dbn"), 3.0
-    log = _sparse_log(model, seed=9)
+    log = sparse_log(model, seed=9)
     fitted = fit(log.df(spark), model, iterations=3, max_rank=log.M, prior=model_prior(model, log.M, "beta", k))
     n = len(log.rows)
     seen = np.bincount(log.qd_index[log.mask], minlength=log.n_pairs) > 0
@@ -148,7 +128,7 @@ def test_log_posterior_is_ll_plus_beta_log_density(spark):
 
 def test_prior_is_stored_with_the_parameters_and_read_back(spark):
     model = get_model("dbn")
-    log = _sparse_log(model, seed=2)
+    log = sparse_log(model, seed=2)
     prior = model_prior(model, log.M, "beta", 5.0, {"sigma": ("pyclick", 1.0), "gamma": ("pyclick", 1.0)})
     assert prior.kind == "mixed"
     fitted = fit(log.df(spark), model, iterations=2, max_rank=log.M, prior=prior)
@@ -212,7 +192,7 @@ def test_pooled_means_are_fixed_after_the_warmup_and_em_then_converges(spark, na
     the numpy oracle with the same freeze, the log posterior never decreases from the freeze on (EM
     on one fixed objective), and tol stops the fit there. UBM's examination cells shrink per rank."""
     model, k, warmup = get_model(name), 3.0, 2
-    log = _sparse_log(model, seed=4)
+    log = sparse_log(model, seed=4)
     families = {"gamma": ("beta", 8.0)} if name == "ubm" else None
     prior = model_prior(model, log.M, "beta", k, families)
     fitted = fit(log.df(spark), model, iterations=8, max_rank=log.M, prior=prior, prior_warmup=warmup)

@@ -13,8 +13,7 @@ from clickeval_spark.models.priors import EB_GRID, eb_strength, model_prior
 from clickeval_spark.em.blocks import pack_serps
 from clickeval_spark.em.candidates import Candidate, candidate_prior
 from clickeval_spark.em.driver import fit
-from tests.models.test_priors import DCTR_ROWS, _sparse_log, _split
-from tests.models.test_spark_em import SERPS_SCHEMA
+from tests.em.logs import DCTR_ROWS, SERPS_SCHEMA, sparse_log, split_log
 
 
 def _evidence(num, den, m, grid=EB_GRID):
@@ -79,9 +78,9 @@ def test_unseen_pairs_take_their_rank_mean_and_seen_pairs_can_shrink_toward_thei
 
 def test_eb_candidate_takes_each_familys_evidence_argmax_and_valid_chooses(spark):
     model = get_model("dctr")   # counting: the pairs' counts are their clicks and impressions, exactly
-    log = _sparse_log(model, seed=5)
+    log = sparse_log(model, seed=5)
     held = np.arange(len(log.rows)) % 4 == 0
-    train_df, valid_df = _split(spark, log, held)
+    train_df, valid_df = split_log(spark, log, held)
     packed = pack_serps(train_df, max_rank=log.M, held_out=valid_df)
     try:
         fitted = fit(packed, model, iterations=3, max_rank=log.M, k_grid=(1.0, 64.0),

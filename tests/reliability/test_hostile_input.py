@@ -31,8 +31,7 @@ from clickeval_spark.errors import ConfigError, InputError
 from clickeval_spark.report_html import build_report
 from clickeval_spark.sources.files import RAW_MAX_CHARS
 from jobs import ingest as ingest_job
-from tests.sources.helpers import rules, run, write
-from tests.sources.test_tiangong import _interaction
+from tests.sources.helpers import interaction, rules, run, write
 
 # minutes of Spark: `make test-fast` leaves it out (docs/development.md)
 pytestmark = pytest.mark.slow
@@ -201,21 +200,21 @@ TG_SESSIONS = [
                     '<results><result rank="1"><docid>d&lt;1&gt;</docid></result>'
                     '<result rank="2"><docid><![CDATA[d "2"\tx]]></docid></result></results>'
                     '<clicked><click num="1"><rank>2</rank></click></clicked></interaction>')),
-    ("ok", _session("7", _interaction(1, "q7", ["d71", "d72"], [1]))),
-    ("ok", _session("11", _interaction(1, "查询😀", ["文档😀", "d2"], []))),
+    ("ok", _session("7", interaction(1, "q7", ["d71", "d72"], [1]))),
+    ("ok", _session("11", interaction(1, "查询😀", ["文档😀", "d2"], []))),
     # invalid XML inside one session: an undefined entity, an external entity, a control character
-    ("bad-entity", _session("2", _interaction(1, "q&bogus;", ["d1"], []))),
-    ("xxe", _session("3", _interaction(1, "&xxe;", ["d1"], []))),
-    ("control-char", _session("4", _interaction(1, "q4", ["d\x01"], []))),
+    ("bad-entity", _session("2", interaction(1, "q&bogus;", ["d1"], []))),
+    ("xxe", _session("3", interaction(1, "&xxe;", ["d1"], []))),
+    ("control-char", _session("4", interaction(1, "q4", ["d\x01"], []))),
     # duplicate serp ids: a repeated session, a repeated interaction within a session
-    ("dup-session", _session("7", _interaction(1, "q7", ["d72", "d71"], [2]))),
-    ("ok", _session("8", _interaction(1, "q8", ["d1", "d2"], [1]), _interaction(1, "q8", ["d2"], []))),
+    ("dup-session", _session("7", interaction(1, "q7", ["d72", "d71"], [2]))),
+    ("ok", _session("8", interaction(1, "q8", ["d1", "d2"], [1]), interaction(1, "q8", ["d2"], []))),
     # click ranks NaN, negative, 0 (clicks refer to results by rank)
-    ("ok", _session("9", _interaction(1, "q9", ["d1", "d2"], ["NaN"]), _interaction(2, "q9", ["d1", "d2"], [-1]),
-                    _interaction(3, "q9", ["d1", "d2"], [0]))),
+    ("ok", _session("9", interaction(1, "q9", ["d1", "d2"], ["NaN"]), interaction(2, "q9", ["d1", "d2"], [-1]),
+                    interaction(3, "q9", ["d1", "d2"], [0]))),
     # no results; no session num
     ("ok", _session("10", '<interaction num="1"><query_id>q10</query_id><results></results></interaction>')),
-    ("ok", _session(None, _interaction(1, "q12", ["d1"], []), attrs="")),
+    ("ok", _session(None, interaction(1, "q12", ["d1"], []), attrs="")),
 ]
 TG_EXPECTED_RULES = {
     "session 2": "unparseable", "session 3": "unparseable", "session 4": "unparseable",
@@ -239,7 +238,7 @@ TG_LABELS = [
 
 
 def test_tiangong_xml_hostile_sessions_and_labels(spark, warehouse, tmp_path):
-    truncated = _session("13", _interaction(1, "q13", ["d1", "d2"], [1]))[:70]
+    truncated = _session("13", interaction(1, "q13", ["d1", "d2"], [1]))[:70]
     xml = ('<?xml version="1.0"?>\n<!DOCTYPE root [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>\n<root>\n'
            + "".join(s for _, s in TG_SESSIONS) + truncated)
     xml_path = tmp_path / "sessions.xml"

@@ -12,8 +12,7 @@ from pyspark.sql import functions as F
 from clickeval_spark.em import blocks, driver, resident
 from clickeval_spark.models import get_model
 from clickeval_spark.session import with_task_retries
-from tests.models.test_resident import _values
-from tests.models.test_spark_em import Log
+from tests.em.logs import Log, fit_values
 
 
 @pytest.mark.parametrize("master, conf, expected", [
@@ -80,4 +79,4 @@ def test_a_resident_stage_whose_task_dies_still_gives_the_stage_engines_fit(spar
         got = driver.fit(packed, model, engine="resident", **options)
     finally:
         packed.unpersist()
-    assert _values(got) == _values(expected)
+    assert fit_values(got) == fit_values(expected)

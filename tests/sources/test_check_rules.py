@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clickeval_spark.sources.parsed import PARSED_LABELS, PARSED_SERPS, to_parsed
-from clickeval_spark.validation import _blank_text, check_labels, check_serps
+from clickeval_spark.validation import blank_text, check_labels, check_serps
 
 D = datetime.date(2026, 11, 30)
 # source, line, record, raw, parse_rule, parse_reason, dataset, split, session_id, serp_pos, serp_id, query_id,
@@ -92,9 +92,9 @@ def test_to_parsed_fills_missing_columns_with_typed_nulls_and_casts_the_rest(spa
                                         ("\u3000x", False), (" x ", False), ("", True), (" ", True),
                                         ("\u3000\u2003", True), ("\x1c\x85\xa0", True), ("\t\x0b", True)])
 def test_a_doc_id_is_blank_when_it_is_empty_or_only_whitespace_of_any_kind(spark, doc, blank):
-    """`_blank_text` settles ids by their first byte when it is printable ASCII other than space, and trims the
+    """`blank_text` settles ids by their first byte when it is printable ASCII other than space, and trims the
     rest: the boundaries of that shortcut ('!', '~', DEL) and ids that only start or end with whitespace."""
     assert blank == (doc.strip() == "")   # the contract: Python's str.isspace() whitespace
     [got] = spark.createDataFrame([([doc],)], "doc_ids array<string>").select(
-        F.exists("doc_ids", _blank_text).alias("blank")).collect()
+        F.exists("doc_ids", blank_text).alias("blank")).collect()
     assert got["blank"] is blank

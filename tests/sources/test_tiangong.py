@@ -1,27 +1,14 @@
 from clickeval_spark.config import IngestConfig
-from tests.sources.helpers import rules, run, write
-
-
-def _result(rank, doc, vtype="1"):
-    return (f'<result rank="{rank}"><docid>{doc}</docid><url>http://x/{doc}</url>'
-            f"<title>t {doc}</title><vtype>{vtype}</vtype></result>")
-
-
-def _interaction(num, query, docs, click_ranks, ranks=None):
-    ranks = ranks or list(range(1, len(docs) + 1))
-    results = "".join(_result(r, d) for r, d in zip(ranks, docs))
-    clicks = "".join(f'<click num="{i + 1}"><rank>{r}</rank></click>' for i, r in enumerate(click_ranks))
-    return (f'<interaction num="{num}"><query_id>{query}</query_id><query>text of {query}</query>'
-            f"<results>{results}</results><clicked>{clicks}</clicked></interaction>")
+from tests.sources.helpers import interaction, rules, run, write
 
 
 XML = (
     "<root>\n"
-    f'<session num="1">{_interaction(1, "q1", ["d1", "d2", "d3"], [2])}'
-    f'{_interaction(2, "q2", ["d4", "d5", "d6"], [1, 3])}</session>\n'
-    f'<session num="2">{_interaction(1, "q1", ["d2", "d1", "d3"], [])}</session>\n'
-    f'<session num="3">{_interaction(1, "q3", ["d7", "d8"], [5])}</session>\n'          # click rank 5 of 2 results
-    f'<session num="4">{_interaction(1, "q3", ["d7", "d8"], [], ranks=[1, 3])}</session>\n'  # result ranks 1,3
+    f'<session num="1">{interaction(1, "q1", ["d1", "d2", "d3"], [2])}'
+    f'{interaction(2, "q2", ["d4", "d5", "d6"], [1, 3])}</session>\n'
+    f'<session num="2">{interaction(1, "q1", ["d2", "d1", "d3"], [])}</session>\n'
+    f'<session num="3">{interaction(1, "q3", ["d7", "d8"], [5])}</session>\n'          # click rank 5 of 2 results
+    f'<session num="4">{interaction(1, "q3", ["d7", "d8"], [], ranks=[1, 3])}</session>\n'  # result ranks 1,3
     "</root>\n"
 )
 LABELS = (

@@ -19,7 +19,7 @@ from clickeval_spark.em.sums import split_stats
 from clickeval_spark.models.priors import model_prior, pooled_mean
 from clickeval_spark.em.blocks import pack_serps
 from tests.models.numpy_em import simulate
-from tests.models.test_spark_em import Log
+from tests.em.logs import Log
 
 M, B, N_TRAIN, LISTS = 6, 4000, 3000, 25
 

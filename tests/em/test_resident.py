@@ -12,14 +12,7 @@ from pyspark.sql import functions as F
 from clickeval_spark.models import get_model
 from clickeval_spark.fitted import attach
 from clickeval_spark.em import blocks, driver, passes, resident
-from tests.models.test_spark_em import Log
-
-
-def _values(f):
-    """Everything a fit returns, as exact values (arrays as bytes)."""
-    return (sorted(tuple(r) for r in f.qd.collect()), {k: v.tobytes() for k, v in f.glob.items()}, f.prior,
-            f.history and [h[:2] for h in f.history], f.log_posterior, f.valid_ll, f.selection,
-            f.held_out_ppl and [a.tobytes() for a in f.held_out_ppl])
+from tests.em.logs import Log, fit_values
 
 
 def _grouped_log(spark, model, M):
@@ -45,14 +38,14 @@ def test_resident_fit_is_bit_identical_to_the_stage_engine(spark, name, caplog):
     options = dict(iterations=8, tol=1e-3, max_rank=M, k_grid=(0.5, 4.0, 32.0))
     try:
         stages = driver.fit(packed, model, engine="stages", **options)
-        with caplog.at_level(logging.INFO, logger="clickeval_spark.em.driver"):
+        with caplog.at_level(logging.DEBUG, logger="clickeval_spark.em.driver"):   # the pass lines too
             res = driver.fit(packed, model, engine="resident", **options)
     finally:
         packed.unpersist()
     assert "resident EM stage: 2 tasks up" in caplog.text   # local[2]: one task per slot
     assert "fitting again" not in caplog.text
     assert res.selection is not None and len(res.history) > 2
-    assert _values(res) == _values(stages)
+    assert fit_values(res) == fit_values(stages)
 
 
 @pytest.mark.slow
@@ -67,8 +60,8 @@ def test_resident_groups_fit_bit_identical_with_held_out_perplexity(spark):
         res = driver.fit_groups(packed, model, engine="resident", **options)
     finally:
         packed.unpersist()
-    assert [_values(f) for f in res] == [_values(f) for f in stages]
-    assert _values(res[0])[1] != _values(res[1])[1]   # two logs, two fits
+    assert [fit_values(f) for f in res] == [fit_values(f) for f in stages]
+    assert fit_values(res[0])[1] != fit_values(res[1])[1]   # two logs, two fits
 
 
 @pytest.mark.parametrize("loss", ["job cancelled", "connection broken"])
@@ -101,7 +94,7 @@ def test_a_lost_resident_stage_fits_again_with_stages(spark, monkeypatch, caplog
         packed.unpersist()
     assert len(calls) == 4
     assert "the resident EM stage was lost" in caplog.text and "fitting again with one Spark stage" in caplog.text
-    assert _values(got) == _values(expected)
+    assert fit_values(got) == fit_values(expected)
 
 
 @pytest.mark.slow
@@ -128,7 +121,7 @@ def test_the_driver_ignores_a_connection_without_the_token(spark, monkeypatch):
         for s in strangers:
             s.close()
     assert len(strangers) == 1
-    assert _values(got) == _values(expected)
+    assert fit_values(got) == fit_values(expected)
 
 
 def test_auto_engine_choice(spark, monkeypatch):
