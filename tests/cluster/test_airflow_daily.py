@@ -234,7 +234,7 @@ def _catalog_tables(metastore: Path, hive_warehouse: Path, root: Path) -> dict:
     code = f"""
 import json
 from clickeval_spark.session import build_session
-spark = build_session("catalog-check", master="local[1]", embedded=True, conf={{
+spark = build_session("catalog-check", master="local[1]", warehouse="{hive_warehouse}", embedded=True, conf={{
     "spark.sql.catalogImplementation": "hive", "spark.ui.enabled": "false",
     "spark.hadoop.javax.jdo.option.ConnectionURL": "jdbc:derby:;databaseName={metastore};create=false",
     "spark.sql.warehouse.dir": "{hive_warehouse}"}})
