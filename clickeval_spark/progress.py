@@ -88,6 +88,7 @@ class Bars(Plain):
         finally:
             self.bars.remove_task(self._run)
             self._run = None
+            self.bars.refresh()   # gone before the pipeline's summary prints
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -114,6 +115,7 @@ class Bars(Plain):
             yield on_pass
         finally:
             self.bars.remove_task(task)
+            self.bars.refresh()
 
 
 _current: Plain = Plain()
@@ -132,7 +134,8 @@ def session(verbose: bool = False, stream: TextIO | None = None,
     global _current
     stream = sys.stderr if stream is None else stream
     if interactive(stream, environ) and not verbose:
-        reporter: Plain = Bars(Console(file=stream), redirect_stdout=sys.stdout.isatty())
+        # soft_wrap: a line printed above the bars (a wide metrics table) is left for the terminal to wrap
+        reporter: Plain = Bars(Console(file=stream, soft_wrap=True), redirect_stdout=sys.stdout.isatty())
     else:
         reporter = Plain()
     before, _current = _current, reporter
