@@ -96,7 +96,7 @@ class KillExecutor(logging.Handler):
     """SIGKILLs the oldest live executor of the app when fit logs one of the `after` iterations."""
 
     def __init__(self, app_id: str, after: tuple[int, ...]):
-        super().__init__(logging.INFO)
+        super().__init__(logging.DEBUG)   # the EM loop logs every pass at DEBUG
         self.app_id, self.after, self.kills = app_id, after, []
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -112,7 +112,7 @@ class KillExecutor(logging.Handler):
 
 def fit_logger(name: str, app_id: str, kill_after: tuple[int, ...]) -> tuple[logging.Logger, KillExecutor]:
     logger = logging.getLogger(f"em-faults.{name}")
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG)
     killer = KillExecutor(app_id, kill_after)
     logger.addHandler(killer)
     return logger, killer
