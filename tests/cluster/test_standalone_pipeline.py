@@ -74,13 +74,16 @@ def test_pipeline_stages_on_standalone_cluster(artefacts, standalone_cluster, tm
     reports = driver_cwd / "reports"
     job_args = ["--conf", str(conf), "--run-id", RUN_ID]
 
+    # the cluster is shared with the other standalone tests: only the application submitted here counts
+    earlier = {app for d in standalone_cluster.worker_dirs for app in d.glob("app-*")}
     done = standalone_cluster.submit(artefacts, "pipeline", job_args, cwd=driver_cwd)
     print(f"[cluster] spark-submit pipeline: exit {done.returncode}, {done.seconds:.0f}s")
     assert done.returncode == 0, f"pipeline failed (log {done.log}):\n{tail(done.log)}"
 
     # the work was done by executors on both workers: one application, with each worker's executor
     # on its own copy of the PEX, and tasks run on every worker
-    apps_by_worker = [{app.name: app for app in sorted(d.glob("app-*"))} for d in standalone_cluster.worker_dirs]
+    apps_by_worker = [{app.name: app for app in sorted(d.glob("app-*")) if app not in earlier}
+                      for d in standalone_cluster.worker_dirs]
     assert all(len(apps) == 1 for apps in apps_by_worker), apps_by_worker
     assert len({frozenset(apps) for apps in apps_by_worker}) == 1, "every application had executors on both workers"
     ran_tasks = {}
