@@ -1,5 +1,6 @@
 import contextlib
 import fcntl
+import json
 from collections import Counter
 from importlib.metadata import version
 from pathlib import Path
@@ -58,6 +59,14 @@ def _test_session(warehouse):
 def warehouse(tmp_path):
     """A fresh warehouse root per test, for jobs that write Delta tables."""
     return str(tmp_path / "wh")
+
+
+@pytest.fixture
+def job_conf(tmp_path, warehouse) -> str:
+    """A job config file naming only the test's warehouse (no Spark settings: main() keeps the shared session)."""
+    path = tmp_path / "job.yaml"
+    path.write_text(json.dumps({"spark": {"warehouse": warehouse, "conf": {}}}))
+    return str(path)
 
 
 # Test files that share the reliability baseline and the concurrent pipeline pair (tests/reliability/_pipeline.py:

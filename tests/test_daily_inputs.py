@@ -46,13 +46,6 @@ def logs(tmp_path):
     return root
 
 
-@pytest.fixture
-def conf(tmp_path, warehouse) -> str:
-    path = tmp_path / "job.yaml"
-    path.write_text(json.dumps({"spark": {"warehouse": warehouse, "conf": {}}}))
-    return str(path)
-
-
 def _ingest(conf: str, run_id: str, location: str, log_date: date | None, *settings: str) -> int:
     argv = ["--conf", conf, "--run-id", run_id, "--set", "ingest.dataset=daily",
             "--set", "ingest.format=per_query_text", "--set", f"ingest.paths={{all: '{location}'}}"]
@@ -80,9 +73,9 @@ def _written(spark, warehouse) -> list[str]:
             if DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, name))]
 
 
-def test_a_daily_ingest_reads_only_its_days_folder(spark, warehouse, conf, logs):
+def test_a_daily_ingest_reads_only_its_days_folder(spark, warehouse, job_conf, logs):
     template = f"{logs}/dt={{log_date}}/"
-    assert _ingest(conf, "daily-20261128", template, D28) == 0
+    assert _ingest(job_conf, "daily-20261128", template, D28) == 0
     assert _slices(spark, warehouse) == {D28: ["a1", "a2", "a3"]}
     row = _run_row(spark, warehouse, "daily-20261128")
     details = json.loads(row["details"])
@@ -92,7 +85,7 @@ def test_a_daily_ingest_reads_only_its_days_folder(spark, warehouse, conf, logs)
     assert (row["counts"]["serps_read"], row["counts"]["serps_accepted"]) == (3, 3)
 
     # the next day: its own folder, its own slice; the day before stays
-    assert _ingest(conf, "daily-20261129", template, D29) == 0
+    assert _ingest(job_conf, "daily-20261129", template, D29) == 0
     assert _slices(spark, warehouse) == {D28: ["a1", "a2", "a3"], D29: ["b1", "b2"]}
     details = json.loads(_run_row(spark, warehouse, "daily-20261129")["details"])
     assert details["input_files"] == [f"{logs}/dt=2026-11-29/part-0.txt"]
@@ -108,9 +101,9 @@ def test_a_day_in_the_file_name_with_a_format(spark, tmp_path):
     assert [r["session_id"] for r in out.serps.collect()] == ["c1"]
 
 
-def test_a_missing_day_fails_in_one_line_naming_the_location_and_writes_nothing(spark, warehouse, conf, logs,
+def test_a_missing_day_fails_in_one_line_naming_the_location_and_writes_nothing(spark, warehouse, job_conf, logs,
                                                                                   capsys):
-    rc = _ingest(conf, "daily-20261130", f"{logs}/dt={{log_date}}/", date(2026, 11, 30))
+    rc = _ingest(job_conf, "daily-20261130", f"{logs}/dt={{log_date}}/", date(2026, 11, 30))
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert err == [f"clickeval ingest: error: no input for log_date 2026-11-30: {logs}/dt=2026-11-30/ does not exist"]
@@ -129,12 +122,12 @@ def test_a_missing_days_label_file_fails_the_same_way(spark, logs):
 
 
 @pytest.mark.parametrize("content", [{}, {"_SUCCESS": ""}, {"part-0.txt": ""}])
-def test_an_empty_day_is_refused_before_any_write(spark, warehouse, conf, logs, capsys, content):
+def test_an_empty_day_is_refused_before_any_write(spark, warehouse, job_conf, logs, capsys, content):
     day = logs / "dt=2026-12-01"
     day.mkdir()
     for name, text in content.items():
         _write(day / name, text)
-    rc = _ingest(conf, "daily-20261201", f"{logs}/dt={{log_date}}", date(2026, 12, 1))
+    rc = _ingest(job_conf, "daily-20261201", f"{logs}/dt={{log_date}}", date(2026, 12, 1))
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     if "part-0.txt" in content:   # an empty file: the file is named, as for any input
@@ -147,8 +140,8 @@ def test_an_empty_day_is_refused_before_any_write(spark, warehouse, conf, logs, 
 
 
 @pytest.mark.parametrize("setting", ["ingest.paths={all: 'logs/dt={log_date}/'}", "ingest.labels=labels/{log_date}.txt"])
-def test_a_placeholder_without_log_date_is_a_config_error(spark, conf, tmp_path, capsys, setting):
-    argv = ["--conf", conf, "--set", "ingest.format=per_query_text", "--set", f"ingest.paths={{all: '{tmp_path}'}}",
+def test_a_placeholder_without_log_date_is_a_config_error(spark, job_conf, tmp_path, capsys, setting):
+    argv = ["--conf", job_conf, "--set", "ingest.format=per_query_text", "--set", f"ingest.paths={{all: '{tmp_path}'}}",
             "--set", setting]
     assert ingest_job.main(argv) == 2
     [err] = capsys.readouterr().err.strip().splitlines()

@@ -47,25 +47,18 @@ def _run_row(spark, warehouse, run_id):
     return row
 
 
-@pytest.fixture
-def conf(tmp_path, warehouse) -> str:
-    path = tmp_path / "job.yaml"
-    path.write_text(json.dumps({"spark": {"warehouse": warehouse, "conf": {}}}))
-    return str(path)
-
-
 @pytest.mark.slow
-def test_binary_file_fails_before_any_write_and_keeps_the_dataset(spark, warehouse, tmp_path, conf, capsys):
+def test_binary_file_fails_before_any_write_and_keeps_the_dataset(spark, warehouse, tmp_path, job_conf, capsys):
     good = _write(tmp_path / "good.txt", "\n".join(GOOD) + "\n")
     labels = _write(tmp_path / "labels.txt", LABELS)
-    assert _ingest(conf, "good-1", f"ingest.paths={{train: {good}}}", f"ingest.labels={labels}") == 0
+    assert _ingest(job_conf, "good-1", f"ingest.paths={{train: {good}}}", f"ingest.labels={labels}") == 0
     before, kept = _versions(spark, warehouse), _serps(spark, warehouse)
     assert len(kept) == 6
     capsys.readouterr()
 
     # 16 lines of binary (every byte but the line ends), none of them a SERP
     binary = _write(tmp_path / "image.bin", (bytes(b for b in range(256) if b not in b"\r\n") + b"\n") * 16)
-    rc = _ingest(conf, "binary-1", f"ingest.paths={{train: {binary}}}", f"ingest.labels={labels}")
+    rc = _ingest(job_conf, "binary-1", f"ingest.paths={{train: {binary}}}", f"ingest.labels={labels}")
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert err == [f"clickeval ingest: error: ingest refused, nothing written: {binary}: serps read 16, accepted 0, "
@@ -79,13 +72,13 @@ def test_binary_file_fails_before_any_write_and_keeps_the_dataset(spark, warehou
 
 
 @pytest.mark.slow
-def test_mostly_quarantined_input_fails_naming_counts_and_rules(spark, warehouse, tmp_path, conf, capsys):
+def test_mostly_quarantined_input_fails_naming_counts_and_rules(spark, warehouse, tmp_path, job_conf, capsys):
     lines = (GOOD + [f"garbage line {i}" for i in range(4)]  # unparseable: one field
              + [f"c{i}\tq1\t[1, 2]\t[0, 0]\t[0, 2]" for i in range(3)]  # click_not_binary
              + [f"l{i}\tq1\t[1, 2]\t[0, 0]\t[0]" for i in range(2)]  # length_mismatch
              + ["\u3000\tq1\t[1]\t[0]\t[1]"])  # missing_id: the fourth rule, not named
     path = _write(tmp_path / "mixed.txt", "\n".join(lines) + "\n")
-    rc = _ingest(conf, "mixed-1", f"ingest.paths={{train: {path}}}")
+    rc = _ingest(job_conf, "mixed-1", f"ingest.paths={{train: {path}}}")
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert err == [f"clickeval ingest: error: ingest refused, nothing written: {path}: serps read 16, accepted 6, "
@@ -96,17 +89,17 @@ def test_mostly_quarantined_input_fails_naming_counts_and_rules(spark, warehouse
     assert _run_row(spark, warehouse, "mixed-1")["status"] == "failed"
 
     # a looser threshold lets the same input through: the good lines land, the others are quarantined
-    assert _ingest(conf, "mixed-2", f"ingest.paths={{train: {path}}}", "ingest.max_quarantine_share=0.7") == 0
+    assert _ingest(job_conf, "mixed-2", f"ingest.paths={{train: {path}}}", "ingest.max_quarantine_share=0.7") == 0
     assert _serps(spark, warehouse) == [(f"s{i}-1", "mixed-2") for i in range(1, 7)]
     counts = _run_row(spark, warehouse, "mixed-2")["counts"]
     assert (counts["serps_accepted"], counts["serps_quarantined"]) == (6, 10)
 
 
 @pytest.mark.slow
-def test_broken_label_file_is_refused_too(spark, warehouse, tmp_path, conf, capsys):
+def test_broken_label_file_is_refused_too(spark, warehouse, tmp_path, job_conf, capsys):
     good = _write(tmp_path / "good.txt", "\n".join(GOOD) + "\n")
     labels = _write(tmp_path / "labels.txt", "not a label\nnor this\n")
-    rc = _ingest(conf, "labels-1", f"ingest.paths={{train: {good}}}", f"ingest.labels={labels}")
+    rc = _ingest(job_conf, "labels-1", f"ingest.paths={{train: {good}}}", f"ingest.labels={labels}")
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert err == [f"clickeval ingest: error: ingest refused, nothing written: {labels}: relevance_labels read 2, "
@@ -121,7 +114,7 @@ def test_max_quarantine_share_is_a_fraction(share):
 
 
 def test_a_rerun_replaces_the_quarantine_of_its_earlier_attempt_and_commits_nothing_when_there_is_none(
-        spark, warehouse, tmp_path, conf):
+        spark, warehouse, tmp_path, job_conf):
     """An ingest with nothing quarantined writes no quarantine commit, unless an earlier attempt of the same run
     left rows there to replace: those go (a corrected input rerun under its run id)."""
     log = tmp_path / "log.txt"
@@ -131,15 +124,15 @@ def test_a_rerun_replaces_the_quarantine_of_its_earlier_attempt_and_commits_noth
         return [(r["line"], r["rule"]) for r in tables.read_table(spark, warehouse, "quarantine")
                 .where(F.col("run_id") == "rerun").collect()]
 
-    assert _ingest(conf, "rerun", f"ingest.paths={{train: {path}}}") == 0
+    assert _ingest(job_conf, "rerun", f"ingest.paths={{train: {path}}}") == 0
     assert quarantined() == [(7, "click_not_binary")]
     _write(log, "\n".join(GOOD) + "\n")
-    assert _ingest(conf, "rerun", f"ingest.paths={{train: {path}}}") == 0
+    assert _ingest(job_conf, "rerun", f"ingest.paths={{train: {path}}}") == 0
     assert quarantined() == []
     def version() -> int:
         return DeltaTable.forPath(spark, tables.table_path(warehouse, "quarantine")).history(1).first()["version"]
 
     before = version()
-    assert _ingest(conf, "rerun", f"ingest.paths={{train: {path}}}") == 0
+    assert _ingest(job_conf, "rerun", f"ingest.paths={{train: {path}}}") == 0
     assert version() == before
     assert _run_row(spark, warehouse, "rerun")["counts"]["serps_quarantined"] == 0
