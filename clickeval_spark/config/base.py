@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from clickeval_spark.config.fields import Text, config_error, matching, strength
 from clickeval_spark.errors import ConfigError
-from clickeval_spark.models import MODELS  # the kernel registry (numpy only: no Spark at config time)
+from clickeval_spark.models import LEARNED, MODELS  # the kernel registry (numpy only: no Spark at config time)
 
 # the checkout, for scripts that live in it (benchmarks/); config locations never resolve against it
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,9 @@ NAME_RULE = f"must match {NAME_PATTERN.pattern} (1-64 of [A-Za-z0-9_.-], startin
 # a catalog database: `schema` or `catalog.schema` (Unity), unquoted SQL identifiers
 DATABASE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}(\.[A-Za-z_][A-Za-z0-9_]{0,127})?$")
 SPLITS = ("train", "valid", "test")
-MODEL_NAMES = tuple(MODELS)
+# the EM models (surrogates, priors) and every model fit.models may name (the EM ones and the learned ones)
+EM_MODEL_NAMES = tuple(MODELS)
+MODEL_NAMES = (*MODELS, *LEARNED)
 SIMULATABLE_MODELS = ("pbm", "ubm", "dbn", "sdbn", "dcm", "ccm", "cm")
 SOURCE_FORMATS = ("synthetic", "tiangong_xml", "per_query_text", "yandex", "parquet", "delta")
 LIST_ORDERS = ("original", "shuffled_all", "shuffled_halves")

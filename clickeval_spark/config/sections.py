@@ -8,8 +8,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from clickeval_spark.config.base import (CLICK_MODES, DATABASE_PATTERN, LIST_ORDERS, MODEL_NAMES, SIMULATABLE_MODELS,
-                                         SOURCE_FORMATS, SPLITS, AtLeast1, Name, PriorKind, Section, Strength)
+from clickeval_spark.config.base import (CLICK_MODES, DATABASE_PATTERN, EM_MODEL_NAMES, LIST_ORDERS, MODEL_NAMES,
+                                         SIMULATABLE_MODELS, SOURCE_FORMATS, SPLITS, AtLeast1, Name, PriorKind,
+                                         Section, Strength)
 from clickeval_spark.config.fields import Day, Invalid, Location, Text, Tuple, distinct, matching, strength
 from clickeval_spark.config.locations import check_day_placeholders, fill_day, names_day
 from clickeval_spark.models import ENGINES as FIT_ENGINES, MODELS  # the kernel registry (numpy only: no Spark at config time)
@@ -155,7 +156,7 @@ class PriorOverride(Section):
 
 class FitConfig(Section):
     models: Tuple(Literal[MODEL_NAMES], min_length=1) = (
-        "gctr", "rctr", "dctr", "pbm", "cm", "ubm", "dcm", "ccm", "dbn", "sdbn")
+        "gctr", "rctr", "dctr", "pbm", "cm", "ubm", "dcm", "ccm", "dbn", "sdbn", "lcm")
     # the cap on EM passes; EM stops earlier once the log posterior per training SERP moves by less than tol
     iterations: AtLeast1 = 50
     tol: Annotated[float, Field(gt=0)] | None = 1e-4
@@ -174,8 +175,9 @@ class FitConfig(Section):
     def _check(self) -> FitConfig:
         for key in self.model_priors:
             name, _, family = key.partition(".")
-            if name not in MODEL_NAMES:
-                raise Invalid(f"unknown model {name!r}; allowed: {list(MODEL_NAMES)}", f"model_priors.{key}")
+            # priors are EM's: the learned model (lcm) has none
+            if name not in EM_MODEL_NAMES:
+                raise Invalid(f"unknown model {name!r}; allowed: {list(EM_MODEL_NAMES)}", f"model_priors.{key}")
             model = MODELS[name]
             families = [*model.qd_params, *sorted(model.global_shapes(self.max_rank))]
             if family and family not in families:
@@ -252,7 +254,8 @@ class GenerateConfig(Section):
 
 
 class SurrogateConfig(Section):
-    model: Literal[MODEL_NAMES] = "dcm"
+    # fitted by EM on every generator's sequences: one of the EM models
+    model: Literal[EM_MODEL_NAMES] = "dcm"
     # the same for every generator of a run
     iterations: AtLeast1 = 10
     eps: float = 1e-6

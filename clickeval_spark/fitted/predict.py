@@ -82,19 +82,21 @@ def predict_clicks(serps: DataFrame, fitted: FittedModel) -> DataFrame:
 
 
 def _relevance_fn(fitted: Mapping[str, FittedModel]):
-    models = [(name, model, {p: (c, float(fitted[name].prior[p])) for p, c in own.items()})
-              for name, model, _, own in wide_models(fitted)]
+    # a learned model's relevance needs its weights (`relevance_uses_globals`); the classic kernels' do not
+    models = [(name, model, {p: (c, float(fitted[name].prior[p])) for p, c in own.items()},
+               (g,) if getattr(model, "relevance_uses_globals", False) else ())
+              for name, model, g, own in wide_models(fitted)]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             n = batch.num_rows
             if n == 0:
                 continue
-            for name, model, own in models:
+            for name, model, own, extra in models:
                 # a pair the model has no value for (unseen in its training) takes its prior
                 qd = {p: pc.fill_null(batch.column(c), prior).to_numpy(zero_copy_only=False).reshape(-1, 1)
                       for p, (c, prior) in own.items()}
-                score = np.asarray(model.relevance(qd), dtype=np.float64).reshape(-1)
+                score = np.asarray(model.relevance(qd, *extra), dtype=np.float64).reshape(-1)
                 yield pa.RecordBatch.from_arrays(
                     [pa.repeat(name, n), batch.column("query_id"), batch.column("doc_id"), pa.array(score)],
                     names=["model", "query_id", "doc_id", "score"])

@@ -8,6 +8,7 @@ from clickeval_spark.models.cm import CM
 from clickeval_spark.models.ctr import DCTR, GCTR, RCTR
 from clickeval_spark.models.dbn import DBN
 from clickeval_spark.models.dcm import DCM
+from clickeval_spark.models.lcm import LCM
 from clickeval_spark.models.pbm import PBM
 from clickeval_spark.models.sdbn import SDBN
 from clickeval_spark.models.ubm import UBM
@@ -16,6 +17,9 @@ from clickeval_spark.models.ubm import UBM
 MODELS: dict[str, ClickModel] = {
     m.name: m for m in (GCTR(), RCTR(), DCTR(), PBM(), CM(), UBM(), DCM(), CCM(), DBN(), SDBN())
 }
+#: learned models: trained by a distributed learner (clickeval_spark.learned), not by EM; the same kernel contract
+#: for predict, sample and relevance. Apart from MODELS, which is the EM registry (fits, surrogates, simulations)
+LEARNED: dict[str, ClickModel] = {m.name: m for m in (LCM(),)}
 
 #: how a fit runs its EM passes (`em.EMOptions.engine`): one Spark job per pass, every pass in one barrier
 #: stage (`em.resident.ResidentPasses`), or the second where the cluster allows it
@@ -24,11 +28,12 @@ ENGINES = ("auto", "stages", "resident")
 
 def get_model(name: str) -> ClickModel:
     try:
-        return MODELS[name.strip().lower()]
+        key = name.strip().lower()
+        return MODELS[key] if key in MODELS else LEARNED[key]
     except (KeyError, AttributeError):
         raise ValueError(f"unknown click model {name!r}; expected one of: "
-                         + ", ".join(MODELS)) from None
+                         + ", ".join([*MODELS, *LEARNED])) from None
 
 
-__all__ = ["MODELS", "ENGINES", "get_model", "ClickModel", "Stats",
-           "GCTR", "RCTR", "DCTR", "PBM", "CM", "UBM", "DCM", "CCM", "DBN", "SDBN"]
+__all__ = ["MODELS", "LEARNED", "ENGINES", "get_model", "ClickModel", "Stats",
+           "GCTR", "RCTR", "DCTR", "PBM", "CM", "UBM", "DCM", "CCM", "DBN", "SDBN", "LCM"]

@@ -1,4 +1,4 @@
-"""Fit: every configured click model on the train split by distributed EM → model_params."""
+"""Fit: every configured click model on the train split by distributed EM (the learned one by Spark MLlib) → model_params."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pyspark.sql import DataFrame
 from clickeval_spark import progress
 from clickeval_spark.context import StageContext
 from clickeval_spark.em import EMOptions, fit, pack_serps
-from clickeval_spark.models import get_model
+from clickeval_spark.learned import train_lcm
+from clickeval_spark.models import LEARNED, get_model
 
 log = logging.getLogger("clickeval")
 
@@ -28,11 +29,17 @@ def run(ctx: StageContext) -> dict[str, list]:
     fcfg = ctx.cfg.fit
     histories, rows = {}, []
     # packed once: every model's EM runs on the same query blocks
-    packed = pack_serps(ctx.serps(("train",)), max_rank=fcfg.max_rank, held_out=ctx.serps(("valid",)))
+    packed = (pack_serps(ctx.serps(("train",)), max_rank=fcfg.max_rank, held_out=ctx.serps(("valid",)))
+              if any(name not in LEARNED for name in fcfg.models) else None)
     try:
         with ExitStack() as open_runs:
             for name in fcfg.models:
                 run = open_runs.enter_context(ctx.record(f"fit:{name}"))
+                if name in LEARNED:
+                    fitted = _fit_learned(ctx, run)
+                    rows.append(fitted.to_rows(ctx.run_id))
+                    histories[name] = fitted.history
+                    continue
                 model = get_model(name)
                 with progress.current().em(name) as on_pass:
                     fitted = fit(packed, model, EMOptions.from_config(fcfg, model, packed.max_rank), logger=log,
@@ -54,8 +61,23 @@ def run(ctx: StageContext) -> dict[str, list]:
             ctx.write(reduce(DataFrame.unionByName, rows), "model_params",
                       {"run_id": ctx.run_id, "model": tuple(fcfg.models)})
     finally:
-        packed.unpersist()
+        if packed is not None:
+            packed.unpersist()
     return histories
+
+
+def _fit_learned(ctx: StageContext, run):
+    """The learned model (models.lcm) trained on the train split by Spark MLlib, scored on valid; its learner,
+    settings, weights' names and timings go into its `fit:lcm` runs row."""
+    fitted, details = train_lcm(ctx.serps(("train",)), ctx.cfg.fit.max_rank, valid=ctx.serps(("valid",)))
+    run.counts["iterations"] = details["iterations"]
+    run.counts["training_positions"] = details["rows"]
+    run.details.update(details)
+    valid_ll = "" if fitted.valid_ll is None else f", valid LL per position {fitted.valid_ll:.4f}"
+    print(f"fit lcm: LogisticRegression, {details['iterations']} iteration(s) on {details['rows']} positions, "
+          f"train log loss per position {details['train_objective']:.4f} (out of fold){valid_ll}, "
+          f"{details['seconds']:.1f} s")
+    return fitted
 
 
 def _chosen(fitted) -> str:
