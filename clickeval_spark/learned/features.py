@@ -97,9 +97,10 @@ def pair_stats(expected: DataFrame) -> DataFrame:
             .select("query_id", "doc_id", *QD_STATS, F.col("n_imp").alias("n_obs")))
 
 
-def out_of_fold(expected: DataFrame) -> DataFrame:
+def out_of_fold(expected: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
     """The training rows with their statistics out of fold: each (query, doc)'s and query's totals minus
-    those of the row's own fold. Output: rank, click, n_above, last_click, fold and the QD_STATS columns."""
+    those of the row's own fold. Output: ``keep`` columns, rank, click, n_above, last_click, fold and the
+    QD_STATS columns."""
     pair_fold = expected.groupBy("query_id", "doc_id", "fold").agg(*_pair_sums())
     by_pair = Window.partitionBy("query_id", "doc_id")
     pair_oof = pair_fold.select(
@@ -109,7 +110,8 @@ def out_of_fold(expected: DataFrame) -> DataFrame:
     by_query = Window.partitionBy("query_id")
     query_oof = query_fold.select(
         "query_id", "fold", *[(F.sum(c).over(by_query) - F.col(c)).alias(c) for c in QUERY_SUMS])
-    return (expected.select("query_id", "doc_id", "fold", "rank", "click", "n_above", "last_click")
+    cols = list(dict.fromkeys(("query_id", "doc_id", "fold", "rank", "click", "n_above", "last_click", *keep)))
+    return (expected.select(*cols)
             .join(pair_oof, on=["query_id", "doc_id", "fold"], how="inner")
             .join(query_oof, on=["query_id", "fold"], how="inner")
-            .select("rank", "click", "n_above", "last_click", "fold", *QD_STATS))
+            .select(*keep, "rank", "click", "n_above", "last_click", "fold", *QD_STATS))
