@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from clickeval_spark import tables
 from clickeval_spark.errors import ClickevalError
-from clickeval_spark.spark_internals import jvm, qualified_path, session_state
+from clickeval_spark.spark_internals import jvm, qualified_path, session_catalog_location, session_state
 
 BY_RANK_VIEW = "click_predictions_by_rank"
 _ANALYSIS = "org.apache.spark.sql.catalyst.analysis."
@@ -205,8 +205,17 @@ def register_in_catalog(spark: SparkSession, warehouse: str, database: str) -> l
 
 
 def _check_location(spark: SparkSession, qualified: str, path: str) -> None:
-    location = DeltaTable.forName(spark, qualified).detail().select("location").first()[0]
+    location = _location(spark, qualified)
     if qualified_path(spark, location) != qualified_path(spark, path):
         raise ClickevalError(f"catalog table {qualified} is the Delta table at {location}, not this warehouse's "
                              f"{path}: set another tables.catalog.database, or drop that table from the catalog")
 
+
+
+def _location(spark: SparkSession, qualified: str) -> str:
+    """A catalog table's location: the session catalog's record of it (a metastore call), or in another catalog
+    (Unity's `catalog.schema`) Delta's detail of the table."""
+    catalog_name, database, table = qualified.split(".")
+    if catalog_name == "spark_catalog":
+        return session_catalog_location(spark, database, table)
+    return DeltaTable.forName(spark, qualified).detail().select("location").first()[0]

@@ -17,7 +17,7 @@ from pyspark import SparkContext, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["JavaObject", "Py4JJavaError", "checkpoint_rdd", "glob", "hadoop_fs", "jvm", "launch_jvm_logging_to",
-           "list_files", "max_concurrent_tasks", "path_exists", "persist_rdd", "qualified_path", "session_state",
+           "list_files", "session_catalog_location", "max_concurrent_tasks", "path_exists", "persist_rdd", "qualified_path", "session_state",
            "spark_hash_long", "storage_level", "write_text_file"]
 
 
@@ -29,6 +29,16 @@ def jvm(spark: SparkSession):
 def session_state(spark: SparkSession):
     """The JVM SparkSession's SessionState: its SQL parser, catalog, function registries and conf."""
     return spark._jsparkSession.sessionState()
+
+
+def session_catalog_location(spark: SparkSession, database: str, table: str) -> str:
+    """Where the session catalog (`spark_catalog`: Hive's metastore, Glue through a Hive client, the in-memory
+    catalog) says a table lives: one metastore call. The public ways (DESCRIBE, Delta's detail) load the
+    table, which for Delta means replaying its log: seconds per table in a fresh JVM."""
+    ids = jvm(spark).org.apache.spark.sql.catalyst
+    option = jvm(spark).scala.Option
+    metadata = session_state(spark).catalog().getTableMetadata(ids.TableIdentifier(table, option.apply(database)))
+    return metadata.location().toString()
 
 
 # -- Hadoop FileSystem ---------------------------------------------------------------------------------------
