@@ -5,7 +5,8 @@ the rank's cell: PBM's the rank, UBM's the rank and the rank of the last click a
 read once and its posteriors go straight into their pair's and cell's sums, instead of the numpy
 kernels' dozen (B, M) temporaries per slice. The sums equal the numpy kernels' up to rounding (a
 row's LL is the log of its ranks' product, logged early near underflow); those stay the reference
-(tests/em/test_compiled.py) and serve every other model.
+(tests/em/test_compiled.py). The cascade models' pass is `compiled_chain.chain_pass`, on the pieces
+shared here (`CACHE`, `UNDERFLOW`).
 
 Compiled on first use in each process and cached in ``__pycache__`` where that is writable; elsewhere
 (a read-only install, a ``--py-files`` zip) compiled in memory rather than numba's fallback cache under
@@ -21,13 +22,13 @@ import numpy as np
 from numba import njit
 
 #: a row's product of probabilities is logged and restarted below this (1e-6 ** 41 ~ 1e-246)
-_UNDERFLOW = 1e-250
+UNDERFLOW = 1e-250
 #: `beta_binomial_evidence` tabulates ln Gamma(n + k) of the whole counts below this (99% of a 10M log's pairs)
 _COUNTS = 256
-_CACHE = os.access(os.path.dirname(os.path.abspath(__file__)), os.W_OK)
+CACHE = os.access(os.path.dirname(os.path.abspath(__file__)), os.W_OK)
 
 
-@njit(cache=_CACHE, nogil=True)
+@njit(cache=CACHE, nogil=True)
 def examination_pass(alpha: np.ndarray, pairs: np.ndarray, cells: np.ndarray, clicks: np.ndarray,
                      mask: np.ndarray, weight: np.ndarray, exam: np.ndarray, lo: int, hi: int, estep: bool,
                      eps: float, alpha_num: np.ndarray, exam_num: np.ndarray, exam_den: np.ndarray,
@@ -68,14 +69,14 @@ def examination_pass(alpha: np.ndarray, pairs: np.ndarray, cells: np.ndarray, cl
             if estep:
                 exam_den[cell] += w
             prod *= min(max(q, eps), 1.0 - eps)
-            if prod < _UNDERFLOW:
+            if prod < UNDERFLOW:
                 ll += np.log(prod)
                 prod = 1.0
         total += (ll + np.log(prod)) * w
     return total
 
 
-@njit(cache=_CACHE, nogil=True)
+@njit(cache=CACHE, nogil=True)
 def rank_weighted_sums(bins: np.ndarray, weight: np.ndarray, by_rank: np.ndarray, n_rows: int,
                        out: np.ndarray) -> None:
     """Adds weight[b] * by_rank[f, r] to out[f, bins[b, r]] for the rows b < n_rows and every rank r, in row
@@ -110,7 +111,7 @@ def beta_binomial_evidence(num: np.ndarray, den: np.ndarray, m: np.ndarray, grid
     _evidence(num, den, index, np.minimum(np.maximum(means, 1e-9), 1.0 - 1e-9), grid, out)
 
 
-@njit(cache=_CACHE, nogil=True)
+@njit(cache=CACHE, nogil=True)
 def _evidence(num: np.ndarray, den: np.ndarray, index: np.ndarray, means: np.ndarray, grid: np.ndarray,
               out: np.ndarray) -> None:
     """`beta_binomial_evidence` with item i's mean at means[index[i]] (distinct, inside (0, 1))."""

@@ -3,8 +3,8 @@
 `em_block` runs the qd M-step the driver planned (posterior modes of the block's own pairs: all of a
 pair's impressions are in its block), the LL and a new E-step; `global_params` is the M-step of the
 global parameters from the whole log's sums; `qd_prior_means` the pooled prior means the next qd
-M-step shrinks toward. The equations are the kernels' (`models.base.ClickModel`); PBM and UBM run a
-compiled pass (`compiled.examination_pass`) instead of the numpy kernels by default.
+M-step shrinks toward. The equations are the kernels' (`models.base.ClickModel`); every EM model with a
+compiled pass (`compiled_pass`) runs it instead of the numpy kernels by default.
 """
 
 from __future__ import annotations
@@ -16,11 +16,23 @@ import numpy as np
 
 from clickeval_spark.em.codec import decode_data
 from clickeval_spark.models.base import INIT_VALUE, LL_EPS, ClickModel, binned_sums
+from clickeval_spark.models.ccm import CCM
+from clickeval_spark.models.dbn import DBN
+from clickeval_spark.models.dcm import DCM
 from clickeval_spark.models.priors import (EB_GRID, FamilyPrior, ModelPrior, log_prior, pooled_mean, pooled_rank_mean,
                                            pooled_rank_means, posterior_mode, ratio_or)
 
 #: SERPs per E-step slice inside a task: keeps the kernels' (slice, M) temporaries in cache
 SLICE_ROWS = 16384
+#: the cascade models fitted by EM, by exact class (a subclass may change the maths), and their kernel in
+#: `compiled_chain.chain_pass`
+_CHAIN_PASSES = {DBN: "dbn", CCM: "ccm", DCM: "dcm"}
+
+
+def compiled_pass(model: ClickModel) -> str | None:
+    """The compiled pass `em_block` runs for ``model`` by default: "examination" (``examination_cells``:
+    `compiled.examination_pass`), a cascade model's `compiled_chain.chain_pass` kernel, or None (numpy)."""
+    return "examination" if model.examination_cells else _CHAIN_PASSES.get(type(model))
 
 
 @dataclass(frozen=True)
@@ -123,10 +135,11 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
     scored only, unless ``held_out`` is False (their sums, n_valid included, are then 0);
     with ``ppl_eps`` also by unconditional click probability per rank,
     clipped to [ppl_eps, 1 - ppl_eps] (perplexity, DESIGN §5). With ``estep`` False
-    nothing new is estimated. ``compiled`` (default: the model's ``examination_cells``): the LL and
-    the E-step by `compiled.examination_pass` over the whole block, instead of the numpy kernels
-    slice by slice (the perplexity terms stay numpy's). ``eb``: also the Beta-binomial evidence of
-    the new E-step's counts of the pairs, under the m of ``update`` (empirical Bayes strengths).
+    nothing new is estimated. ``compiled`` (default: whether the model has a `compiled_pass`): the LL and
+    the E-step by that compiled pass over the whole block, instead of the numpy kernels slice by slice
+    (the perplexity terms stay numpy's); True for a model without one is an error. ``eb``: also the
+    Beta-binomial evidence of the new E-step's counts of the pairs, under the m of ``update`` (empirical
+    Bayes strengths).
     Returns (new state, stats vector in `stats_layout` order).
     """
     clicks, mask, spare, weight, n_train, n_pairs = (block.clicks, block.mask, block.bins, block.weight,
@@ -168,9 +181,19 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
 
     steps = train if estep else []               # slices the numpy E-step runs on
     scored = ([] if estep else train) + valid   # slices only scored
-    if model.examination_cells if compiled is None else compiled:
+    kernel = compiled_pass(model) if compiled is not False else None
+    if compiled and kernel is None:
+        raise ValueError(f"{model.name} has no compiled pass")
+    if kernel == "examination":
         ll, ll_valid = _examination_pass(g, block, padded[0], estep, held_out, qd_num[0], g_num["gamma"],
                                          g_den["gamma"], rank_num[0])
+    elif kernel is not None:
+        from clickeval_spark.em.compiled_chain import chain_block_pass   # numba: see `_examination_pass`
+
+        (name,) = shapes
+        ll, ll_valid = chain_block_pass(kernel, g[name], block, padded, estep, held_out, LL_EPS, qd_num, qd_den,
+                                        rank_num, rank_den, g_num[name], g_den[name])
+    if kernel is not None:
         steps = scored = []   # the compiled pass did both
     for lo, hi in steps:
         qd, c, m_, w, const = slice_of(lo, hi)
