@@ -1,4 +1,4 @@
-"""The EM pass of the cascade models fitted by EM (DBN, CCM, DCM) as one compiled loop over a block (numba).
+"""The EM pass of the cascade models fitted by EM (DBN, CCM, DCM, SDBN) as one compiled loop over a block (numba).
 
 The numpy kernels (`models.chain.chain_posteriors` and each model's ``expected_stats``) build a dozen
 (B, M) arrays per slice; here each row's examination chain lives in a few M-long buffers, and its LL
@@ -15,9 +15,10 @@ from numba import njit
 
 from clickeval_spark.em.compiled import CACHE, UNDERFLOW
 
-#: the kernel a model's pass runs (`chain_pass`'s ``kind``)
-KINDS = {"dbn": 0, "ccm": 1, "dcm": 2}
 _DBN, _CCM, _DCM = 0, 1, 2
+#: the kernel a model's pass runs (`chain_pass`'s ``kind``): SDBN's is DBN's at gamma = 1 (its probabilities and
+#: its E-step of alpha and sigma), without gamma's sums
+KINDS = {"dbn": _DBN, "ccm": _CCM, "dcm": _DCM, "sdbn": _DBN}
 
 
 @njit(cache=CACHE, nogil=True)
@@ -133,14 +134,14 @@ def chain_pass(kind: int, values: np.ndarray, bins: np.ndarray, clicks: np.ndarr
     return total
 
 
-def chain_block_pass(name: str, glob: np.ndarray, block, values: np.ndarray, estep: bool,
+def chain_block_pass(name: str, glob: np.ndarray | None, block, values: np.ndarray, estep: bool,
                      held_out: bool, eps: float, qd_num: np.ndarray, qd_den: np.ndarray, rank_num: np.ndarray,
-                     rank_den: np.ndarray, g_num: np.ndarray, g_den: np.ndarray) -> tuple[float, float]:
+                     rank_den: np.ndarray, g_num: np.ndarray | None, g_den: np.ndarray | None) -> tuple[float, float]:
     """(training LL, held-out LL or 0 without ``held_out``) of a cascade model's block (`em.step.BlockArrays`)
     by `chain_pass`; with ``estep`` the training rows' E-step sums are added to qd_num / qd_den (P, n_pairs),
     rank_num / rank_den (P, M) and g_num / g_den (the global family's shape). ``values`` (P, V): em_block's
-    padded values by bin; ``glob``: the model's one global family."""
-    flat = np.ascontiguousarray(np.asarray(glob, dtype=np.float64).ravel())
+    padded values by bin; ``glob``: the model's one global family, None for SDBN (gamma = 1; g_num / g_den None)."""
+    flat = np.ones(1) if glob is None else np.ascontiguousarray(np.asarray(glob, dtype=np.float64).ravel())
     P, n_pairs, M = values.shape[0], qd_num.shape[1], block.clicks.shape[1]
     q_num, q_den = np.zeros(values.shape), np.zeros(values.shape)
     r_num, r_den = np.zeros((P, M)), np.zeros((P, M))
@@ -153,6 +154,7 @@ def chain_block_pass(name: str, glob: np.ndarray, block, values: np.ndarray, est
     qd_den += q_den[:, :n_pairs]
     rank_num += r_num
     rank_den += r_den
-    g_num += e_num.reshape(g_num.shape)
-    g_den += e_den.reshape(g_den.shape)
+    if g_num is not None:
+        g_num += e_num.reshape(g_num.shape)
+        g_den += e_den.reshape(g_den.shape)
     return ll, ll_valid

@@ -19,19 +19,23 @@ from clickeval_spark.models.base import INIT_VALUE, LL_EPS, ClickModel, binned_s
 from clickeval_spark.models.ccm import CCM
 from clickeval_spark.models.dbn import DBN
 from clickeval_spark.models.dcm import DCM
+from clickeval_spark.models.sdbn import SDBN
 from clickeval_spark.models.priors import (EB_GRID, FamilyPrior, ModelPrior, log_prior, pooled_mean, pooled_rank_mean,
                                            pooled_rank_means, posterior_mode, ratio_or)
 
 #: SERPs per E-step slice inside a task: keeps the kernels' (slice, M) temporaries in cache
 SLICE_ROWS = 16384
-#: the cascade models fitted by EM, by exact class (a subclass may change the maths), and their kernel in
-#: `compiled_chain.chain_pass`
-_CHAIN_PASSES = {DBN: "dbn", CCM: "ccm", DCM: "dcm"}
+#: the cascade models, by exact class (a subclass may change the maths), and their kernel in
+#: `compiled_chain.chain_pass` when they are fitted by EM
+_CHAIN_PASSES = {DBN: "dbn", CCM: "ccm", DCM: "dcm", SDBN: "sdbn"}
 
 
 def compiled_pass(model: ClickModel) -> str | None:
-    """The compiled pass `em_block` runs for ``model`` by default: "examination" (``examination_cells``:
-    `compiled.examination_pass`), a cascade model's `compiled_chain.chain_pass` kernel, or None (numpy)."""
+    """The compiled pass `em_block` runs for an EM model by default: "examination" (``examination_cells``:
+    `compiled.examination_pass`), a cascade model's `compiled_chain.chain_pass` kernel, or None (numpy; every
+    counting model: its one pass is not an E-step)."""
+    if not model.iterative:
+        return None
     return "examination" if model.examination_cells else _CHAIN_PASSES.get(type(model))
 
 
@@ -190,9 +194,9 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
     elif kernel is not None:
         from clickeval_spark.em.compiled_chain import chain_block_pass   # numba: see `_examination_pass`
 
-        (name,) = shapes
-        ll, ll_valid = chain_block_pass(kernel, g[name], block, padded, estep, held_out, LL_EPS, qd_num, qd_den,
-                                        rank_num, rank_den, g_num[name], g_den[name])
+        name = next(iter(shapes), None)   # the one global family (SDBN: none)
+        ll, ll_valid = chain_block_pass(kernel, g.get(name), block, padded, estep, held_out, LL_EPS, qd_num, qd_den,
+                                        rank_num, rank_den, g_num.get(name), g_den.get(name))
     if kernel is not None:
         steps = scored = []   # the compiled pass did both
     for lo, hi in steps:

@@ -7,7 +7,7 @@ import pytest
 
 from clickeval_spark.em import EMOptions, fit, pack_serps
 from clickeval_spark.em.step import compiled_pass
-from clickeval_spark.models import get_model
+from clickeval_spark.models import MODELS, get_model
 from clickeval_spark.models.priors import model_prior
 from tests.models.numpy_em import fit_numpy
 from tests.em.logs import Log
@@ -27,7 +27,7 @@ def _values(fitted, params) -> dict:
             "ll": [h[1] for h in fitted.history], "prior": fitted.prior}
 
 
-@pytest.mark.parametrize("name", ["pbm", "ubm", "dcm", "ccm", "dbn"])
+@pytest.mark.parametrize("name", [name for name, model in MODELS.items() if model.iterative])
 def test_every_engine_and_block_step_fits_the_numpy_oracle(spark, name):
     model, M = get_model(name), 6
     log = Log(model, n_serps=600, M=M, seed=97 + len(name))
