@@ -19,6 +19,8 @@ _DBN, _CCM, _DCM = 0, 1, 2
 #: the kernel a model's pass runs (`chain_pass`'s ``kind``): SDBN's is DBN's at gamma = 1 (its probabilities and
 #: its E-step of alpha and sigma), without gamma's sums
 KINDS = {"dbn": _DBN, "ccm": _CCM, "dcm": _DCM, "sdbn": _DBN}
+#: rows per chunk of `chain_block_pass` (`em.step.SLICE_ROWS`, the numpy path's slice)
+CHUNK_ROWS = 16384
 
 
 @njit(cache=CACHE, nogil=True)
@@ -140,21 +142,31 @@ def chain_block_pass(name: str, glob: np.ndarray | None, block, values: np.ndarr
     """(training LL, held-out LL or 0 without ``held_out``) of a cascade model's block (`em.step.BlockArrays`)
     by `chain_pass`; with ``estep`` the training rows' E-step sums are added to qd_num / qd_den (P, n_pairs),
     rank_num / rank_den (P, M) and g_num / g_den (the global family's shape). ``values`` (P, V): em_block's
-    padded values by bin; ``glob``: the model's one global family, None for SDBN (gamma = 1; g_num / g_den None)."""
+    padded values by bin; ``glob``: the model's one global family, None for SDBN (gamma = 1; g_num / g_den None).
+
+    The rows go through in chunks of `CHUNK_ROWS`, the LL and the rank and global sums of each chunk added
+    to the block's, as the numpy path sums slice by slice: a block-long running sum of millions of terms
+    drifts from numpy's by more than 1e-12 (a pair's sums have few terms: one running sum each).
+    """
     flat = np.ones(1) if glob is None else np.ascontiguousarray(np.asarray(glob, dtype=np.float64).ravel())
     P, n_pairs, M = values.shape[0], qd_num.shape[1], block.clicks.shape[1]
     q_num, q_den = np.zeros(values.shape), np.zeros(values.shape)
-    r_num, r_den = np.zeros((P, M)), np.zeros((P, M))
-    e_num, e_den = np.zeros(flat.size), np.zeros(flat.size)
     rows = (KINDS[name], np.ascontiguousarray(values), block.bins, block.clicks, block.mask, block.weight, flat)
-    sums = (q_num, q_den, r_num, r_den, e_num, e_den)
-    ll = chain_pass(*rows, 0, block.n_train, estep, eps, *sums)
-    ll_valid = chain_pass(*rows, block.n_train, len(block.weight), False, eps, *sums) if held_out else 0.0
+    lls = []
+    for lo, hi, step in [(0, block.n_train, estep)] + ([(block.n_train, len(block.weight), False)] if held_out else []):
+        ll = 0.0
+        for c_lo in range(lo, hi, CHUNK_ROWS):
+            r_num, r_den = np.zeros((P, M)), np.zeros((P, M))
+            e_num, e_den = np.zeros(flat.size), np.zeros(flat.size)
+            ll += chain_pass(*rows, c_lo, min(c_lo + CHUNK_ROWS, hi), step, eps, q_num, q_den, r_num, r_den, e_num,
+                             e_den)
+            if step:
+                rank_num += r_num
+                rank_den += r_den
+                if g_num is not None:
+                    g_num += e_num.reshape(g_num.shape)
+                    g_den += e_den.reshape(g_den.shape)
+        lls.append(ll)
     qd_num += q_num[:, :n_pairs]
     qd_den += q_den[:, :n_pairs]
-    rank_num += r_num
-    rank_den += r_den
-    if g_num is not None:
-        g_num += e_num.reshape(g_num.shape)
-        g_den += e_den.reshape(g_den.shape)
-    return ll, ll_valid
+    return lls[0], lls[1] if held_out else 0.0
