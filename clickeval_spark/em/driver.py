@@ -63,11 +63,42 @@ def fit_groups(packed: PackedLog, model: ClickModel, options: EMOptions | None =
     """
     opts = replace(options or EMOptions(), **changes)
     log = logger or _log
-    t0 = time.perf_counter()
     for g, group in enumerate(packed.groups):
         if group.n_serps == 0:
             raise ValueError("fit: no SERP with a query_id and a non-empty doc list"
                              + (f" in group {g}" if len(packed.groups) > 1 else ""))
+    if model.counting is None:
+        return _fit_groups(packed, model, opts, log, on_pass)
+    if (opts.prior or model_prior(model, packed.max_rank)).kind == "pyclick":   # PyClick's estimator
+        return [_as_model(f, model, "counting", None) for f in _fit_groups(packed, model.counting, opts, log, on_pass)]
+    fits = _fit_groups(packed, model, opts, log, on_pass)
+    if not opts.select_on_held_out or not any(group.n_held_out for group in packed.groups):
+        return [_as_model(f, model, "em", None) for f in fits]
+    counted = _fit_groups(packed, model.counting, opts, log, on_pass)
+    return [_better_estimator(model, em, count, log) for em, count in zip(fits, counted)]
+
+
+def _as_model(fitted: FittedModel, model: ClickModel, estimator: str, valid_ll: dict | None) -> FittedModel:
+    """``fitted`` (by one of ``model``'s estimators) as ``model``'s fit, the estimator in its prior record."""
+    spec = {**fitted.prior_spec, "estimator": estimator,
+            **({"estimator_valid_ll": valid_ll} if valid_ll else {})}
+    return replace(fitted, model=model, prior_spec=spec)
+
+
+def _better_estimator(model: ClickModel, em: FittedModel, counted: FittedModel, log: logging.Logger) -> FittedModel:
+    """The fit whose estimator scored the better valid LL per position (EM on a tie)."""
+    scores = {"em": em.valid_ll, "counting": counted.valid_ll}
+    chosen = "counting" if counted.valid_ll is not None and em.valid_ll is not None \
+        and counted.valid_ll > em.valid_ll else "em"
+    log.debug("%s estimator by valid LL per position: em %s, counting %s -> %s", model.name, em.valid_ll,
+              counted.valid_ll, chosen)
+    return _as_model(counted if chosen == "counting" else em, model, chosen, scores)
+
+
+def _fit_groups(packed: PackedLog, model: ClickModel, opts: EMOptions, log: logging.Logger,
+                on_pass: OnPass | None) -> list[FittedModel]:
+    """`fit_groups` by ``model``'s own estimator."""
+    t0 = time.perf_counter()
     tasks = resident_tasks(packed, model, opts.engine)
     if tasks:
         stages_up: list[ResidentPasses] = []

@@ -48,8 +48,11 @@ class ClickModel(ABC):
     name: str
     #: per-(query, doc) parameter names, e.g. ("alpha",) or ("alpha", "sigma")
     qd_params: tuple[str, ...] = ()
-    #: False for counting estimators (CTRs, CM, SDBN): one pass gives the MLE
+    #: False for counting estimators (CTRs, CM, `sdbn.CountedSDBN`): one pass gives the MLE
     iterative: bool = True
+    #: a counting estimator of the same probabilities that is not their MLE (SDBN's, PyClick's): the fit
+    #: under ``prior: pyclick``, and under any other prior a second fit the valid split may choose
+    counting: ClickModel | None = None
     #: qd parameters whose E-step den is the impression itself (1 at every shown rank, as in
     #: PBM's and UBM's attractiveness): EM counts their dens once per block, not in every pass
     impression_dens: tuple[str, ...] = ()

@@ -168,13 +168,13 @@ def sdbn_population_limit(qd_index, mask, alpha, sigma):
     return total(p_click) / total(p_counted), total(p_last) / total(p_click)
 
 
-def test_sdbn_recovers_its_population_limit_and_its_bias_is_upward(log):
+def test_counted_sdbn_recovers_its_population_limit_and_its_bias_is_upward(log):
     qd_index, mask, well_seen = log
     rng = np.random.default_rng(77)
     qd_true, _ = true_params("sdbn", rng)
     clicks = simulate(get_model("dbn"), gather(qd_true, qd_index, mask),
                       {"gamma": np.array(1.0)}, mask, rng)
-    qd_fit, _, hist = fit_numpy(get_model("sdbn"), qd_index, Q * D, clicks, mask, 50, M)
+    qd_fit, _, hist = fit_numpy(get_model("sdbn").counting, qd_index, Q * D, clicks, mask, 50, M)
     assert len(hist) == 1  # counting: a single pass whatever `iterations` says
 
     lim_alpha, lim_sigma = sdbn_population_limit(qd_index, mask, qd_true["alpha"], qd_true["sigma"])
