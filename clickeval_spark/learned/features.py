@@ -77,15 +77,23 @@ def with_expected(pos: DataFrame, ctr: Sequence[float], ctr0: Sequence[float]) -
         F.when(first, _at_rank(ctr0)).otherwise(F.lit(0.0)).alias("exp_clicks0"))
 
 
+FIXED = float(1 << 32)  # expected clicks are summed as integers in units of 2^-32: the same bits in any order
+
+
+def _exact_sum(col: str) -> Column:
+    """A sum of values in [0, 1] that does not depend on the order Spark adds them in (a float sum does, in its
+    last bits, so two fits of one log, or a fit and its stored rows, would differ)."""
+    return (F.sum(F.round(F.col(col) * F.lit(FIXED)).cast("long")) / F.lit(FIXED)).alias(col)
+
+
 def _pair_sums() -> list[Column]:
     return [F.count(F.lit(1)).cast("double").alias("n_imp"), F.sum("click").cast("double").alias("clicks"),
-            F.sum("exp_clicks").alias("exp_clicks"), F.sum("clicks0").alias("clicks0"),
-            F.sum("exp_clicks0").alias("exp_clicks0")]
+            _exact_sum("exp_clicks"), F.sum("clicks0").alias("clicks0"), _exact_sum("exp_clicks0")]
 
 
 def _query_sums() -> list[Column]:
     return [F.sum((F.col("rank") == 1).cast("double")).alias("q_serps"),
-            F.sum("click").cast("double").alias("q_clicks"), F.sum("exp_clicks").alias("q_exp_clicks")]
+            F.sum("click").cast("double").alias("q_clicks"), _exact_sum("exp_clicks").alias("q_exp_clicks")]
 
 
 def pair_stats(expected: DataFrame) -> DataFrame:
