@@ -141,7 +141,8 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
     clipped to [ppl_eps, 1 - ppl_eps] (perplexity, DESIGN §5). With ``estep`` False
     nothing new is estimated. ``compiled`` (default: whether the model has a `compiled_pass`): the LL and
     the E-step by that compiled pass over the whole block, instead of the numpy kernels slice by slice
-    (the perplexity terms stay numpy's); True for a model without one is an error. ``eb``: also the
+    (the perplexity terms stay numpy's); True for an EM model without one is an error (a counting model's
+    one pass is numpy's either way). ``eb``: also the
     Beta-binomial evidence of the new E-step's counts of the pairs, under the m of ``update`` (empirical
     Bayes strengths).
     Returns (new state, stats vector in `stats_layout` order).
@@ -186,7 +187,7 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
     steps = train if estep else []               # slices the numpy E-step runs on
     scored = ([] if estep else train) + valid   # slices only scored
     kernel = compiled_pass(model) if compiled is not False else None
-    if compiled and kernel is None:
+    if compiled and kernel is None and model.iterative:
         raise ValueError(f"{model.name} has no compiled pass")
     if kernel == "examination":
         ll, ll_valid = _examination_pass(g, block, padded[0], estep, held_out, qd_num[0], g_num["gamma"],

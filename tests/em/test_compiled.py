@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from clickeval_spark.models import MODELS, get_model
+from clickeval_spark.models.dbn import DBN
 from clickeval_spark.models.base import LL_EPS
 from clickeval_spark.em.step import BlockArrays, compiled_pass, em_block, global_params
 from clickeval_spark.em.sums import split_stats
@@ -62,13 +63,24 @@ def _assert_same(model, state, vec, c_state, c_vec, where: str) -> dict:
     return sums
 
 
+class _Variant(DBN):
+    """A subclass may change the maths: it is not DBN's compiled pass."""
+
+    name = "dbn-variant"
+
+
 def test_every_em_model_has_a_compiled_pass_and_no_counting_model_has_one():
-    assert {"pbm", "ubm", "dcm", "ccm", "dbn"} <= set(COMPILED)
+    assert {"pbm", "ubm", "dcm", "ccm", "dbn", "sdbn"} <= set(COMPILED)
     for name, model in MODELS.items():
         assert (compiled_pass(model) is not None) == model.iterative, name
-    block = _block(get_model("cm"), seed=2)
-    with pytest.raises(ValueError, match="cm has no compiled pass"):
-        em_block(get_model("cm"), {}, block, None, compiled=True)
+    # a counting model's one pass is numpy's whatever is asked; an EM model without a compiled pass refuses it
+    cm = get_model("cm")
+    block = _block(cm, seed=2)
+    np.testing.assert_array_equal(em_block(cm, {}, block, None, compiled=True)[1],
+                                  em_block(cm, {}, block, None, compiled=False)[1])
+    assert compiled_pass(_Variant()) is None
+    with pytest.raises(ValueError, match="dbn-variant has no compiled pass"):
+        em_block(_Variant(), {"gamma": np.asarray(0.5)}, block, None, compiled=True)
 
 
 @pytest.mark.parametrize("held_out_rows", [True, False])
