@@ -12,7 +12,7 @@ in one local[*] session:
    and as many in one barrier stage (`resident.ResidentPasses`, the "resident" engine; the stage's
    start-up is printed apart), the median of all passes but the first;
 3. on the last packing, what a pass is made of: every block's E- and M-step in this process
-   (`_iteration_fn` over the collected blocks: the kernels alone), a pass that sends the blocks
+   (`iteration_fn` over the collected blocks: the kernels alone), a pass that sends the blocks
    through Python unchanged and caches them (Arrow and the cache, no kernel), and a pass over the
    block numbers alone (a job of as many Python tasks, nothing moved);
 4. Spark's barrier all-gather (`BarrierTaskContext.allGather`), the sync a one-job EM would need
@@ -36,7 +36,7 @@ from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.models import get_model
 from clickeval_spark.em.blocks import PASS_SCHEMA, release
 from clickeval_spark.em.passes import PassPlan
-from clickeval_spark.em.stage_passes import _iteration_fn, run_iteration
+from clickeval_spark.em.stage_passes import iteration_fn, run_iteration
 from clickeval_spark.em.resident import ResidentPasses
 from clickeval_spark.em.blocks import pack_serps
 from clickeval_spark.em.driver import resident_tasks
@@ -91,7 +91,7 @@ def pass_anatomy(packed, name: str, repeats: int = 3) -> dict[str, list[float]]:
     model, plan = first_pass(name)
     rows = packed.blocks.select(*PASS_SCHEMA.fieldNames())
     local = rows.toArrow().to_batches()   # the benchmark's setup: the blocks in this process, untimed
-    kernel = _iteration_fn(model, plan, (0,))
+    kernel = iteration_fn(model, plan, (0,))
 
     def unchanged(batches):
         yield from batches

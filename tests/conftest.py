@@ -69,7 +69,7 @@ def job_conf(tmp_path, warehouse) -> str:
     return str(path)
 
 
-# Test files that share the reliability baseline and the concurrent pipeline pair (tests/reliability/_pipeline.py:
+# Test files that share the reliability baseline and the concurrent pipeline pair (tests/reliability/baseline.py:
 # per-process caches, each minutes of Spark): one xdist worker runs them all, so each is computed once.
 _BASELINE_FILES = frozenset({
     "tests/benchmarks/test_stage_reference.py", "tests/reliability/test_concurrency.py",

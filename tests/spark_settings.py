@@ -2,7 +2,7 @@
 
 # Expressions evaluated interpreted, never as generated Java (Janino) code. The suite runs thousands of
 # small queries on a few hundred rows each: compiling each new plan's code costs far more than it saves.
-# The reliability pipeline (tests/reliability/_pipeline.py: 300 SERPs, every stage) in a warm test session
+# The reliability pipeline (tests/reliability/baseline.py: 300 SERPs, every stage) in a warm test session
 # took 30.5-33.8 s with these two settings against 46.3-57.8 s without (two processes), and its JVM's CPU
 # over four runs was 193 s against 289-294 s (benchmarks/RESULTS.md). Spark's own suites run its expressions both ways, and
 # `factoryMode` is the internal switch they use for it.

@@ -21,7 +21,7 @@ from clickeval_spark.em.step import BlockArrays
 from clickeval_spark.em.sums import block_pass, pass_plans, sum_block_stats
 from clickeval_spark.models.base import ClickModel
 
-def _iteration_fn(model: ClickModel, plans: list[PassPlan], first_blocks: tuple[int, ...]):
+def iteration_fn(model: ClickModel, plans: list[PassPlan], first_blocks: tuple[int, ...]):
     plans, lanes = pass_plans(plans, len(first_blocks))
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -55,7 +55,7 @@ def run_iteration(blocks: DataFrame, model: ClickModel, plans: list[PassPlan], M
     # cache + collect: the collect of the stats is the one job that also fills the cache
     # with the new blocks (a checkpoint would be a second job per pass)
     out = (blocks.select(*PASS_SCHEMA.fieldNames())
-           .mapInArrow(_iteration_fn(model, plans, first_blocks), PASS_SCHEMA)
+           .mapInArrow(iteration_fn(model, plans, first_blocks), PASS_SCHEMA)
            .cache())
     rows = sorted(out.select("block", "stats").collect(), key=lambda r: r["block"])
     return out, sum_block_stats(model, M, plans, (np.frombuffer(r["stats"], dtype=np.float64) for r in rows))

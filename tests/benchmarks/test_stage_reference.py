@@ -19,7 +19,7 @@ from benchmarks import stage_reference as R
 from clickeval_spark import tables
 from clickeval_spark.metrics.evaluate import MetricOptions
 from clickeval_spark.models import get_model
-from tests.reliability import _pipeline as P
+from tests.reliability import baseline as P
 
 # minutes of Spark: `make test-fast` leaves it out (docs/development.md)
 pytestmark = pytest.mark.slow

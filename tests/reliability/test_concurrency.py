@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from clickeval_spark import tables
 from clickeval_spark.tables import retries
 from clickeval_spark.runs import recorded_run
-from tests.reliability import _pipeline as P
+from tests.reliability import baseline as P
 
 # minutes of Spark: `make test-fast` leaves it out (docs/development.md)
 pytestmark = pytest.mark.slow

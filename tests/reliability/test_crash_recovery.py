@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from clickeval_spark import tables
-from tests.reliability import _pipeline as P
+from tests.reliability import baseline as P
 
 # minutes of Spark: `make test-fast` leaves it out (docs/development.md)
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ import pytest
 
 from clickeval_spark.stages import STAGES
 from clickeval_spark.config import load_config
-from tests.reliability import _pipeline as P
+from tests.reliability import baseline as P
 
 # minutes of Spark: `make test-fast` leaves it out (docs/development.md)
 pytestmark = pytest.mark.slow
