@@ -72,7 +72,7 @@ def _session_processes(sids: set[int]) -> list[str]:
     return [f"{p.pid} {p.cmdline[:160]}" for p in processes() if p.state != "Z" and p.session in sids]
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
     except ProcessLookupError:  # the whole group is gone already
@@ -137,6 +137,11 @@ class StandaloneCluster:
         return proc, log
 
     @property
+    def workers(self) -> list[subprocess.Popen]:
+        """The worker daemons' processes, in start order."""
+        return [proc for name, proc in self._procs if name.startswith("worker")]
+
+    @property
     def sessions(self) -> set[int]:
         """The session ids of the daemons started so far: every process the cluster started is in one."""
         return {proc.pid for _, proc in self._procs}
@@ -187,11 +192,11 @@ class StandaloneCluster:
         `grace` seconds. Raises if any process of the cluster's sessions outlives that."""
         sids = self.sessions
         for _, proc in reversed(self._procs):
-            _signal_group(proc.pid, signal.SIGTERM)
+            signal_group(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(grace)
             except subprocess.TimeoutExpired:
-                _signal_group(proc.pid, signal.SIGKILL)
+                signal_group(proc.pid, signal.SIGKILL)
                 proc.wait(10)
         deadline = time.monotonic() + grace
         while (left := _session_processes(sids)) and time.monotonic() < deadline:

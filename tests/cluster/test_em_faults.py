@@ -19,7 +19,7 @@ import time
 import pytest
 
 from tests.cluster import em_faults
-from tests.cluster.standalone import REPO, _signal_group, spark_env
+from tests.cluster.standalone import REPO, signal_group, spark_env
 
 pytestmark = pytest.mark.cluster
 
@@ -34,7 +34,7 @@ def test_fit_survives_killed_executors(tmp_path):
     try:
         stdout, stderr = proc.communicate(timeout=900)
     finally:
-        _signal_group(proc.pid, signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
     print(f"\n[cluster] em_faults: {time.monotonic() - t0:.0f}s\n{stdout}")
     errors = "\n".join(line for line in stderr.splitlines() if " INFO " not in line)

@@ -78,7 +78,7 @@ def other_path_cluster(tmp_path):
 
 def test_ingest_on_a_worker_whose_python_is_elsewhere(artefacts, other_path_cluster, tmp_path, request):
     cluster = other_path_cluster
-    [worker] = [proc for name, proc in cluster._procs if name.startswith("worker")]
+    [worker] = cluster.workers
     # the worker cannot see the build's interpreter; this host can
     assert (BUILD_PYTHON / "bin").is_dir()
     assert not Path(f"/proc/{worker.pid}/root{BUILD_PYTHON}/bin").exists()
