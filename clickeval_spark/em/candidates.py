@@ -6,13 +6,13 @@ the one with the best held-out LL; every candidate is also how each group of a g
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 from pyspark.sql import DataFrame
 
+from clickeval_spark.em.context import FitContext
 from clickeval_spark.em.options import EMOptions
 from clickeval_spark.em.passes import PassPlan
 from clickeval_spark.em.step import cell_evidence, global_params, qd_prior_means
@@ -70,9 +70,9 @@ class Candidate:
                         eb=self.compare_from is None and any(p in self.prior.qd for p in self.prior.eb),
                         seen_by_rank=self.prior.seen_by_rank, compiled=opts.compiled)
 
-    def record(self, it: int, sums: dict[str, np.ndarray], n_serps: int, opts: EMOptions, model: ClickModel,
-               log: logging.Logger) -> None:
+    def record(self, it: int, sums: dict[str, np.ndarray], n_serps: int, ctx: FitContext) -> None:
         """The history entry of the parameters a pass scored (iteration ``it``)."""
+        opts, model = ctx.opts, ctx.model
         ll = float(sums["ll"][0]) / n_serps
         lp_glob = sum(log_prior(self.g[name], f.k, self.g_means[name]) for name, f in self.prior.glob.items()
                       if f.k > 0 and name in self.g_means)
@@ -81,16 +81,16 @@ class Candidate:
         scored = sums["n_valid"][0] > 0   # held-out SERPs scored in this pass
         if opts.select_on_held_out and scored:
             self.valid_ll = float(sums["ll_valid"][0] / sums["n_valid"][0])
-        log.debug("%s %s iteration %d: train LL %.6f per SERP, log posterior %.6f, valid LL %s per position, "
+        ctx.log.debug("%s %s iteration %d: train LL %.6f per SERP, log posterior %.6f, valid LL %s per position, "
                   "prior m %s, %.2f s", model.name, self.label, it, ll, self.posterior[-1],
                   f"{self.valid_ll:.6f}" if scored and opts.select_on_held_out else "-", self.means_text,
                   self.pending_secs)
 
-    def advance(self, it: int, sums: dict[str, np.ndarray], secs: float, n_serps: int, opts: EMOptions,
-                model: ClickModel, M: int, pooled: bool, log: logging.Logger) -> None:
+    def advance(self, it: int, sums: dict[str, np.ndarray], secs: float, n_serps: int, ctx: FitContext) -> None:
         """After pass ``it``: record what it scored, end the warm-up or the fit, and plan the M-steps."""
+        opts, model, M, log = ctx.opts, ctx.model, ctx.max_rank, ctx.log
         valid_before = self.valid_ll
-        self.record(it - 1, sums, n_serps, opts, model, log)
+        self.record(it - 1, sums, n_serps, ctx)
         post, tol = self.posterior, opts.tol
         converged = (tol is not None and self.compare_from is not None
                      and len(post) >= 2 + self.compare_from and abs(post[-1] - post[-2]) < tol)
@@ -100,7 +100,7 @@ class Candidate:
             log.debug("%s %s prior means fixed after pass %d: %s", model.name, self.label, it - 1, self.means_text)
         if self.prior.eb and self.compare_from is None:   # strengths are fixed with the means
             self.eb_update(model, M, sums)
-        frozen = self.compare_from is not None and pooled
+        frozen = self.compare_from is not None and ctx.pooled
         self.g, self.g_means = global_params(model, M, sums, self.g, self.prior.glob, self.g_means if frozen else None)
         if frozen and self.update is not None:   # the pooled means the warm-up ended with
             means, by_rank = self.update[1], self.update[2]

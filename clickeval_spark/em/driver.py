@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import Callable
 
 import numpy as np
 from pyspark.sql import DataFrame
@@ -22,6 +21,7 @@ from pyspark.sql import functions as F
 
 from clickeval_spark.em.blocks import PackedLog, checkpointed, cluster_slots, pack_serps, qd_table, sample_of
 from clickeval_spark.em.candidates import Candidate, candidate_prior
+from clickeval_spark.em.context import FitContext, OnPass
 from clickeval_spark.em.options import EMOptions
 from clickeval_spark.em.passes import EngineLost, Passes
 from clickeval_spark.em.resident import ResidentPasses
@@ -34,7 +34,6 @@ _log = logging.getLogger(__name__)
 
 #: called after every EM pass: (passes done, the iteration cap, "" on the fit's log or "sample" on the
 #: selection sample of `_select_on_sample`)
-OnPass = Callable[[int, int, str], None]
 
 
 def fit(serps: DataFrame | PackedLog, model: ClickModel, options: EMOptions | None = None, *, max_rank: int = 10,
@@ -99,6 +98,7 @@ def _fit_groups(packed: PackedLog, model: ClickModel, opts: EMOptions, log: logg
                 on_pass: OnPass | None) -> list[FittedModel]:
     """`fit_groups` by ``model``'s own estimator."""
     t0 = time.perf_counter()
+    prior = opts.prior or model_prior(model, packed.max_rank)
     tasks = resident_tasks(packed, model, opts.engine)
     if tasks:
         stages_up: list[ResidentPasses] = []
@@ -114,7 +114,7 @@ def _fit_groups(packed: PackedLog, model: ClickModel, opts: EMOptions, log: logg
             stages_up.append(engine)
             return engine
         try:
-            fits, labels = _fit(packed, model, opts, resident, log, on_pass)
+            fits, labels = _fit(packed, FitContext(model, packed.max_rank, opts, prior, resident, log, on_pass))
             engine = (f"resident EM stage: {stages_up[-1].n_tasks} tasks up"
                       + (", candidates shared out on the sample" if any(e.shared for e in stages_up) else ""))
             log.info("%s", _summary(model, fits, labels, engine, t0))
@@ -126,7 +126,7 @@ def _fit_groups(packed: PackedLog, model: ClickModel, opts: EMOptions, log: logg
     def stages(log_: PackedLog, shared: int = 0) -> Passes:   # a job per pass: nothing to share out
         return StagePasses(log_, model, opts.checkpoint_interval, log)
 
-    fits, labels = _fit(packed, model, opts, stages, log, on_pass)
+    fits, labels = _fit(packed, FitContext(model, packed.max_rank, opts, prior, stages, log, on_pass))
     log.info("%s", _summary(model, fits, labels, "a Spark job per pass", t0))
     return fits
 
@@ -153,8 +153,9 @@ def resident_tasks(packed: PackedLog, model: ClickModel, engine: str) -> int:
     return tasks
 
 
-def _candidates(packed: PackedLog, model: ClickModel, opts: EMOptions, prior) -> tuple[list, list[Candidate]]:
+def _candidates(packed: PackedLog, ctx: FitContext) -> tuple[list, list[Candidate]]:
     """Per group its grid of (strength, seen-means) entries, and every group's candidates in one list."""
+    model, opts, prior = ctx.model, ctx.opts, ctx.prior
     init = {k: np.asarray(v, dtype=np.float64) for k, v in model.init_global(packed.max_rank).items()}
     grids, cands = [], []
     for g, group in enumerate(packed.groups):
@@ -170,24 +171,24 @@ def _candidates(packed: PackedLog, model: ClickModel, opts: EMOptions, prior) ->
     return grids, cands
 
 
-def _fit(packed: PackedLog, model: ClickModel, opts: EMOptions, engine: Callable[..., Passes],
-         log: logging.Logger, on_pass: OnPass | None) -> tuple[list[FittedModel], list[str]]:
+def _fit(packed: PackedLog, ctx: FitContext) -> tuple[list[FittedModel], list[str]]:
     """Every group's FittedModel, and the prior each group's chosen candidate stands for (`Candidate.prior_label`)."""
-    M = packed.max_rank
-    prior = opts.prior or model_prior(model, M)
-    grids, cands = _candidates(packed, model, opts, prior)
-    # a counting model's empirical Bayes strengths need the pooled means of a first pass: one more
-    n_passes = opts.iterations if model.iterative else 2 if any(c.prior.eb for c in cands) else 1
-    pooled = any(f.k > 0 and f.m is None for c in cands for f in (*c.prior.qd.values(), *c.prior.glob.values()))
+    model, opts, M, log = ctx.model, ctx.opts, ctx.max_rank, ctx.log
+    grids, cands = _candidates(packed, ctx)
+    ctx = replace(
+        ctx,
+        # a counting model's empirical Bayes strengths need the pooled means of a first pass: one more
+        n_passes=opts.iterations if model.iterative else 2 if any(c.prior.eb for c in cands) else 1,
+        pooled=any(f.k > 0 and f.m is None for c in cands for f in (*c.prior.qd.values(), *c.prior.glob.values())))
     for c in cands:
-        _set_start(c, pooled)
-    sampled = _select_on_sample(packed, model, opts, prior, cands, grids, engine, n_passes, pooled, log, on_pass)
+        _set_start(c, ctx.pooled)
+    sampled = _select_on_sample(packed, ctx, cands, grids)
     if sampled is not None:   # only the chosen candidate goes on, from the start, on the whole log
         cands, sample_selection = sampled
     passes = None
     try:
-        passes = engine(packed)
-        final = _run(packed, model, opts, cands, passes, n_passes, pooled, log, on_pass)
+        passes = ctx.engine(packed)
+        final = _run(packed, ctx, cands, passes)
         blocks = passes.finish()
         chosen = [_chosen(cands, g) for g in range(len(packed.groups))]
         if model.qd_params:
@@ -206,38 +207,35 @@ def _fit(packed: PackedLog, model: ClickModel, opts: EMOptions, engine: Callable
                      else _selection(cands, mine, slot, grids[g], packed.groups[g].n_held_out, model, log))
         qd = qd_all if len(packed.groups) == 1 else qd_all.where(F.col("group") == g)
         ppl = (final[mine[slot]]["ppl_n"], final[mine[slot]]["ppl_ln"]) if opts.ppl_eps is not None else None
-        out.append(best.fitted(model, M, prior, qd.drop("group"), selection, ppl))
+        out.append(best.fitted(model, M, ctx.prior, qd.drop("group"), selection, ppl))
         labels.append(best.prior_label)
     return out, labels
 
 
-def _run(packed: PackedLog, model: ClickModel, opts: EMOptions, cands: list[Candidate], passes: Passes,
-         n_passes: int, pooled: bool, log: logging.Logger, on_pass: OnPass | None,
+def _run(packed: PackedLog, ctx: FitContext, cands: list[Candidate], passes: Passes,
          phase: str = "") -> list[dict[str, np.ndarray] | None]:
-    """Every pass of ``cands`` until none is active (or ``n_passes``), then the scoring pass: its sums."""
-    M = packed.max_rank
-    for it in range(1, n_passes + 1):
+    """Every pass of ``cands`` until none is active (or ``ctx.n_passes``), then the scoring pass: its sums."""
+    for it in range(1, ctx.n_passes + 1):
         t0 = time.perf_counter()
-        all_sums = passes.run([c.plan(opts) for c in cands])
+        all_sums = passes.run([c.plan(ctx.opts) for c in cands])
         secs = time.perf_counter() - t0
         for c, sums in zip(cands, all_sums):
             if sums is not None:
-                c.advance(it, sums, secs, packed.groups[c.group].n_serps, opts, model, M, pooled, log)
-        if on_pass is not None:
-            on_pass(it, n_passes, phase)
+                c.advance(it, sums, secs, packed.groups[c.group].n_serps, ctx)
+        if ctx.on_pass is not None:
+            ctx.on_pass(it, ctx.n_passes, phase)
         if not any(c.active for c in cands):
             break
     t0 = time.perf_counter()
-    final = passes.run([c.plan(opts, final=True) for c in cands])
-    log.debug("%s final pass: %.2f s", model.name, time.perf_counter() - t0)
+    final = passes.run([c.plan(ctx.opts, final=True) for c in cands])
+    ctx.log.debug("%s final pass: %.2f s", ctx.model.name, time.perf_counter() - t0)
     for c, sums in zip(cands, final):
-        c.record(c.done, sums, packed.groups[c.group].n_serps, opts, model, log)
+        c.record(c.done, sums, packed.groups[c.group].n_serps, ctx)
     return final
 
 
-def _select_on_sample(packed: PackedLog, model: ClickModel, opts: EMOptions, prior, cands: list[Candidate],
-                      grids: list, engine: Callable[..., Passes], n_passes: int, pooled: bool,
-                      log: logging.Logger, on_pass: OnPass | None) -> tuple[list[Candidate], dict] | None:
+def _select_on_sample(packed: PackedLog, ctx: FitContext, cands: list[Candidate],
+                      grids: list) -> tuple[list[Candidate], dict] | None:
     """On a log larger than ``opts.select_serps``, the candidates of ``k: auto`` compete on a sample of whole
     queries (`blocks.sample_of`) instead of the whole log: (the chosen candidate, fresh, as the only one;
     the selection record). None: every candidate runs on the whole log.
@@ -247,9 +245,10 @@ def _select_on_sample(packed: PackedLog, model: ClickModel, opts: EMOptions, pri
     lie in its query's block, so the sample's pairs are counted as in the whole log and a strength shrinks
     them alike; the grid's cost stays fixed while the log grows.
     """
-    if opts.select_serps is None or len(cands) < 2 or len(packed.groups) != 1:
+    model, log = ctx.model, ctx.log
+    if ctx.opts.select_serps is None or len(cands) < 2 or len(packed.groups) != 1:
         return None
-    sample = sample_of(packed, opts.select_serps)
+    sample = sample_of(packed, ctx.opts.select_serps)
     if sample is None:
         return None
     [group] = sample.groups
@@ -257,8 +256,8 @@ def _select_on_sample(packed: PackedLog, model: ClickModel, opts: EMOptions, pri
               len(cands), group.n_blocks, packed.groups[0].n_blocks, group.n_serps, group.n_held_out)
     passes = None
     try:
-        passes = engine(sample, shared=len(cands))
-        _run(sample, model, opts, cands, passes, n_passes, pooled, log, on_pass, "sample")
+        passes = ctx.engine(sample, shared=len(cands))
+        _run(sample, ctx, cands, passes, "sample")
         passes.end()   # the stage ends as a fit's does, not cancelled (its tasks would log a lost socket)
     finally:
         if passes is not None:
@@ -267,8 +266,8 @@ def _select_on_sample(packed: PackedLog, model: ClickModel, opts: EMOptions, pri
     selection = _selection(cands, mine, slot, grids[0], group.n_held_out, model, log)
     selection["sample"] = {"blocks": group.n_blocks, "of_blocks": packed.groups[0].n_blocks,
                            "train_serps": group.n_serps, "valid_serps": group.n_held_out}
-    fresh = _candidates(packed, model, opts, prior)[1][mine[slot]]
-    _set_start(fresh, pooled)
+    fresh = _candidates(packed, ctx)[1][mine[slot]]
+    _set_start(fresh, ctx.pooled)
     return [fresh], selection
 
 
