@@ -24,7 +24,8 @@ class EMOptions:
     engine: `models.ENGINES`: "stages", "resident" or "auto".
     select_on_held_out: the held-out SERPs choose the strength and end the warm-up; False: only scored.
     ppl_eps: also sum the held-out SERPs' perplexity terms in the final pass (the surrogate's Reverse PPL).
-    compiled: the block step of PBM and UBM (`step.em_block`); None: compiled where the model has one.
+    compiled: the block step of an EM model (`step.em_block`): its compiled pass, or the numpy kernel;
+        None: compiled (every EM model has a compiled pass, `step.compiled_pass`).
     select_serps: on a larger log the candidates compete on a query sample of about this many SERPs
         (`driver._select_on_sample`); None: on the whole log.
     """
