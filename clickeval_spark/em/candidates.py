@@ -14,11 +14,11 @@ from pyspark.sql import DataFrame
 
 from clickeval_spark.em.context import FitContext
 from clickeval_spark.em.options import EMOptions
-from clickeval_spark.em.passes import PassPlan
+from clickeval_spark.em.passes import PassMode, PassPlan
 from clickeval_spark.em.step import cell_evidence, global_params, qd_prior_means
 from clickeval_spark.models.base import ClickModel
 from clickeval_spark.fitted import FittedModel
-from clickeval_spark.models.priors import ModelPrior, eb_strength, log_prior
+from clickeval_spark.models.priors import ModelPrior, Strength, eb_strength, log_prior
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Candidate:
     active: bool = True
     done: int = 0
     pending_secs: float = 0.0   # wall time of the pass that produced the current parameters
-    choice: float | str | None = None   # the grid entry this candidate stands for (a strength, or "eb")
+    choice: float | Strength | None = None   # the grid entry this candidate stands for
 
     @property
     def label(self) -> str:
@@ -50,7 +50,7 @@ class Candidate:
         """The prior this candidate stands for: eb, k=<the qd families' strengths> or - (none); seen->rank when
         seen pairs shrink toward their ranks' means."""
         ks = sorted({f.k for f in self.prior.qd.values()})
-        text = "eb" if self.choice == "eb" else "k=" + ",".join(f"{k:g}" for k in ks) if ks else "-"
+        text = Strength.EB.value if self.choice == Strength.EB else "k=" + ",".join(f"{k:g}" for k in ks) if ks else "-"
         return text + (" seen->rank" if self.prior.seen_by_rank else "")
 
     @property
@@ -61,10 +61,10 @@ class Candidate:
     def plan(self, opts: EMOptions, final: bool = False) -> PassPlan:
         """This candidate's part of the next pass; ``final``: the scoring pass after the loop."""
         if final:
-            return PassPlan("score", self.g, self.update, self.group, opts.ppl_eps,
+            return PassPlan(PassMode.SCORE, self.g, self.update, self.group, opts.ppl_eps,
                             seen_by_rank=self.prior.seen_by_rank, compiled=opts.compiled)
         # the held-out LL is read only while it may end the warm-up (and after the last pass)
-        return PassPlan("step" if self.active else "hold", self.g, self.update, self.group,
+        return PassPlan(PassMode.STEP if self.active else PassMode.HOLD, self.g, self.update, self.group,
                         held_out=opts.select_on_held_out and self.compare_from is None,
                         # the blocks sum evidence for qd families only (a global family's is the driver's)
                         eb=self.compare_from is None and any(p in self.prior.qd for p in self.prior.eb),
@@ -134,7 +134,7 @@ class Candidate:
     def fitted(self, model: ClickModel, M: int, prior: ModelPrior, qd: DataFrame, selection: dict | None,
                held_out_ppl: tuple[np.ndarray, np.ndarray] | None) -> FittedModel:
         """This candidate as the fit's result; ``prior`` is the fit's (before candidates resolved it)."""
-        spec = {"kind": prior.kind, "strengths": "eb" if self.choice == "eb" else "grid" if prior.auto else "fixed",
+        spec = {"kind": prior.kind, "strengths": Strength.EB.value if self.choice == Strength.EB else "grid" if prior.auto else "fixed",
                 "seen_means": self.prior.seen_means[0],
                 "families": {**{p: {"k": f.k, "m": self.unseen[p], "pooled": f.m is None,
                                     "m_by_rank": self.unseen_by_rank.get(p)}
@@ -149,13 +149,13 @@ class Candidate:
                            held_out_ppl=held_out_ppl)
 
 
-def candidate_prior(prior: ModelPrior, k: float | str | None) -> ModelPrior:
+def candidate_prior(prior: ModelPrior, k: float | Strength | None) -> ModelPrior:
     """The prior of the candidate for grid entry ``k``: "eb", every auto family's strength by empirical Bayes;
     a number, that strength for the qd families, and empirical Bayes for the pooled global ones (UBM's
     examination cells: a few dozen cells with thousands of impressions each, whose own strength need not
     be the attractiveness's); None, ``prior`` as it is."""
     if k is None:
         return prior
-    if k == "eb":
+    if k == Strength.EB:
         return prior.with_eb()
     return replace(prior.with_k(k), eb=tuple(f for f in prior.auto if f in prior.glob))

@@ -26,9 +26,10 @@ from clickeval_spark.em.options import EMOptions
 from clickeval_spark.em.passes import EngineLost, Passes
 from clickeval_spark.em.resident import ResidentPasses
 from clickeval_spark.em.stage_passes import StagePasses
+from clickeval_spark.models import Engine
 from clickeval_spark.models.base import INIT_VALUE, ClickModel
 from clickeval_spark.fitted import FittedModel
-from clickeval_spark.models.priors import DEFAULT_K, model_prior
+from clickeval_spark.models.priors import DEFAULT_K, Strength, model_prior
 
 _log = logging.getLogger(__name__)
 
@@ -143,12 +144,12 @@ def _summary(model: ClickModel, fits: list[FittedModel], labels: list[str], engi
             + f"{engine}, {time.perf_counter() - t0:.1f} s")
 
 
-def resident_tasks(packed: PackedLog, model: ClickModel, engine: str) -> int:
+def resident_tasks(packed: PackedLog, model: ClickModel, engine: Engine | str) -> int:
     """Tasks of the resident stage (0: the stage engine): one per block, at most one per slot."""
-    if engine == "stages" or (engine == "auto" and not model.iterative):
+    if engine == Engine.STAGES or (engine == Engine.AUTO and not model.iterative):
         return 0
     tasks = min(packed.n_blocks, cluster_slots(packed.blocks))
-    if engine == "resident" and tasks < 1:
+    if engine == Engine.RESIDENT and tasks < 1:
         raise ValueError("engine 'resident': the cluster has no slot for a barrier stage (dynamic allocation?)")
     return tasks
 
@@ -163,7 +164,7 @@ def _candidates(packed: PackedLog, ctx: FitContext) -> tuple[list, list[Candidat
         # the valid split decides between the shared strengths of the grid and empirical Bayes, and between
         # the seen pairs' prior means
         variants = prior.seen_means if selecting else prior.seen_means[:1]
-        grid = [(k, v) for v in variants for k in ([*opts.k_grid, "eb"] if selecting else [DEFAULT_K])]
+        grid = [(k, v) for v in variants for k in ([*opts.k_grid, Strength.EB] if selecting else [DEFAULT_K])]
         grids.append(grid)
         cands += [Candidate(prior=replace(candidate_prior(prior, k), seen_means=(v,)), g=dict(init), group=g,
                             choice=k, unseen={q: INIT_VALUE for q in model.qd_params})
@@ -292,6 +293,6 @@ def _selection(cands: list[Candidate], mine: list[int], slot: int, grid: list, n
     log.debug("%s prior strength by valid LL per position: %s -> %s", model.name,
               ", ".join(f"{cands[i].label}: {cands[i].valid_ll:.6f}" for i in mine), cands[mine[slot]].label)
     return {"grid": [{"k": k, "seen_means": v, "valid_ll": cands[i].valid_ll, "iterations": cands[i].done,
-                      **({"strengths": cands[i].strengths()} if k == "eb" else {})}
+                      **({"strengths": cands[i].strengths()} if k == Strength.EB else {})}
                      for (k, v), i in zip(grid, mine)],
             "chosen_k": grid[slot][0], "chosen_seen_means": grid[slot][1], "n_valid_serps": n_valid}

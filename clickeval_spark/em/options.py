@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from clickeval_spark.config import FitConfig
-from clickeval_spark.models import ENGINES
+from clickeval_spark.models import Engine
 from clickeval_spark.models.base import ClickModel
 from clickeval_spark.models.priors import DEFAULT_K_GRID, DEFAULT_SELECT_SERPS, DEFAULT_WARMUP, ModelPrior, model_prior
 
@@ -21,7 +21,7 @@ class EMOptions:
     k_grid: the shared strengths `k: auto` tries, beside empirical Bayes.
     prior_warmup: at most this many passes pooled prior means follow the fit.
     checkpoint_interval: the stage engine checkpoints every this many passes.
-    engine: `models.ENGINES`: "stages", "resident" or "auto".
+    engine: a `models.Engine` (its name as a string is taken too).
     select_on_held_out: the held-out SERPs choose the strength and end the warm-up; False: only scored.
     ppl_eps: also sum the held-out SERPs' perplexity terms in the final pass (the surrogate's Reverse PPL).
     compiled: the block step of an EM model (`step.em_block`): its compiled pass, or the numpy kernel;
@@ -36,15 +36,17 @@ class EMOptions:
     k_grid: Sequence[float] = DEFAULT_K_GRID
     prior_warmup: int = DEFAULT_WARMUP
     checkpoint_interval: int = 10
-    engine: str = "auto"
+    engine: Engine = Engine.AUTO
     select_on_held_out: bool = True
     ppl_eps: float | None = None
     compiled: bool | None = None
     select_serps: int | None = DEFAULT_SELECT_SERPS
 
     def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+        try:
+            object.__setattr__(self, "engine", Engine(self.engine))
+        except ValueError:
+            raise ValueError(f"engine must be one of {[e.value for e in Engine]}, got {self.engine!r}") from None
         if self.iterations < 1:
             raise ValueError("iterations must be >= 1")
         if self.checkpoint_interval < 1:

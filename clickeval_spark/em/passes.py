@@ -10,18 +10,25 @@ order, so their sums are the same bit for bit.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Mapping, Protocol
 
 import numpy as np
 from pyspark.sql import DataFrame
 
 
+class PassMode(StrEnum):
+    """What a candidate does in a pass."""
+    STEP = "step"     # M-step of its update, LL, E-step
+    SCORE = "score"   # M-step, LL only: the final pass
+    HOLD = "hold"     # converged: its state kept, nothing computed
+
+
 @dataclass(frozen=True)
 class PassPlan:
     """What one candidate fit does in a pass.
 
-    mode: "step" (M-step of ``update``, LL, E-step), "score" (M-step, LL only:
-    the final pass) or "hold" (converged: state kept, nothing computed).
+    mode: a `PassMode` (its name as a string is taken too: plans cross to the tasks as JSON).
     group: the packed log's group the candidate is fitted on (`blocks.BlockGroup`).
     ppl_eps: also score the held-out SERPs' perplexity terms (`step.em_block`).
     held_out: score the held-out SERPs at all (the driver asks only when it reads their LL).
@@ -30,7 +37,7 @@ class PassPlan:
     compiled: the block step (`step.em_block`'s ``compiled``; None: the model's default).
     """
 
-    mode: str
+    mode: PassMode
     g: Mapping[str, np.ndarray]
     update: tuple[np.ndarray, ...] | None
     group: int = 0
@@ -39,6 +46,9 @@ class PassPlan:
     eb: bool = False
     seen_by_rank: bool = False
     compiled: bool | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", PassMode(self.mode))
 
 
 class Passes(Protocol):

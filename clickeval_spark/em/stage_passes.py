@@ -16,7 +16,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from clickeval_spark.em.blocks import PASS_SCHEMA, PackedLog, checkpointed, release
-from clickeval_spark.em.passes import PassPlan
+from clickeval_spark.em.passes import PassMode, PassPlan
 from clickeval_spark.em.step import BlockArrays
 from clickeval_spark.em.sums import block_pass, pass_plans, sum_block_stats
 from clickeval_spark.models.base import ClickModel
@@ -78,7 +78,7 @@ class StagePasses:
         self._blocks, self._done = packed.blocks, 0
 
     def run(self, plans: list[PassPlan]) -> list[dict[str, np.ndarray] | None]:
-        if self._done and self._done % self._interval == 0 and any(p.mode == "step" for p in plans):
+        if self._done and self._done % self._interval == 0 and any(p.mode == PassMode.STEP for p in plans):
             t0 = time.perf_counter()
             self._blocks = checkpointed(self._blocks)
             self._log.debug("%s pass %d checkpointed: %.2f s", self.model.name, self._done, time.perf_counter() - t0)

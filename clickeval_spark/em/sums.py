@@ -9,7 +9,7 @@ from typing import Iterable
 import numpy as np
 
 from clickeval_spark.em.codec import decode_state, group_of
-from clickeval_spark.em.passes import PassPlan
+from clickeval_spark.em.passes import PassMode, PassPlan
 from clickeval_spark.em.step import BlockArrays, em_block
 from clickeval_spark.models.base import ClickModel
 from clickeval_spark.models.priors import EB_GRID
@@ -67,12 +67,12 @@ def block_pass(model: ClickModel, plans: list[PassPlan], lanes: list[list[int]],
     new, vec = np.empty((len(mine), 3, P, n_pairs)), np.zeros(len(plans) * size)
     for slot, c in enumerate(mine):
         plan = plans[c]
-        if plan.mode == "hold":   # only after a first pass: the state exists
+        if plan.mode == PassMode.HOLD:   # only after a first pass: the state exists
             new[slot] = state[slot]
             continue
         new[slot], vec[c * size:(c + 1) * size] = em_block(
             model, plan.g, arrays, None if state is None else state[slot], plan.update,
-            estep=plan.mode == "step", held_out=plan.held_out, ppl_eps=plan.ppl_eps, eb=plan.eb,
+            estep=plan.mode == PassMode.STEP, held_out=plan.held_out, ppl_eps=plan.ppl_eps, eb=plan.eb,
             seen_by_rank=plan.seen_by_rank, compiled=plan.compiled)
     arrays.end_pass()
     return new, vec
@@ -92,5 +92,5 @@ def sum_block_stats(model: ClickModel, M: int, plans: list[PassPlan], vecs: Iter
     total = np.zeros(len(plans) * size)
     for vec in vecs:
         total = total + vec
-    return [None if plan.mode == "hold" else split_stats(model, M, total[c * size:(c + 1) * size])
+    return [None if plan.mode == PassMode.HOLD else split_stats(model, M, total[c * size:(c + 1) * size])
             for c, plan in enumerate(plans)]

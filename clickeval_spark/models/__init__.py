@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from clickeval_spark.models.base import ClickModel, Stats
 from clickeval_spark.models.ccm import CCM
 from clickeval_spark.models.cm import CM
@@ -21,9 +23,16 @@ MODELS: dict[str, ClickModel] = {
 #: for predict, sample and relevance. Apart from MODELS, which is the EM registry (fits, surrogates, simulations)
 LEARNED: dict[str, ClickModel] = {m.name: m for m in (LCM(),)}
 
-#: how a fit runs its EM passes (`em.EMOptions.engine`): one Spark job per pass, every pass in one barrier
-#: stage (`em.resident.ResidentPasses`), or the second where the cluster allows it
-ENGINES = ("auto", "stages", "resident")
+class Engine(StrEnum):
+    """How a fit runs its EM passes (`em.EMOptions.engine`): one Spark job per pass, every pass in one barrier
+    stage (`em.resident.ResidentPasses`), or the second where the cluster allows it."""
+    AUTO = "auto"
+    STAGES = "stages"
+    RESIDENT = "resident"
+
+
+#: the engines' names, as the config spells them
+ENGINES = tuple(e.value for e in Engine)
 
 
 def get_model(name: str) -> ClickModel:
@@ -35,5 +44,5 @@ def get_model(name: str) -> ClickModel:
                          + ", ".join([*MODELS, *LEARNED])) from None
 
 
-__all__ = ["MODELS", "LEARNED", "ENGINES", "get_model", "ClickModel", "Stats",
+__all__ = ["MODELS", "LEARNED", "ENGINES", "Engine", "get_model", "ClickModel", "Stats",
            "GCTR", "RCTR", "DCTR", "PBM", "CM", "UBM", "DCM", "CCM", "DBN", "SDBN", "LCM"]

@@ -9,6 +9,7 @@ the valid split). Why and how each is chosen: README, "Priors (maximum a posteri
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -19,6 +20,13 @@ PRIOR_KINDS = ("none", "pyclick", "beta")
 SEEN_MEANS = ("pooled", "rank")
 #: the strength grid searched by `k: auto` (pseudo-impressions), log-spaced
 DEFAULT_K_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+
+
+class Strength(StrEnum):
+    """The grid entry of `k: auto` beside its numbers: each family's strength by empirical Bayes."""
+    EB = "eb"
+
+
 #: the strength used by `k: auto` when the fit has no valid split to choose on.
 #: On the TREC Session 2014 sample and on the synthetic default log the valid-split
 #: choice lands between 2 and 8 for the EM models (README, "Priors").
