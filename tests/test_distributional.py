@@ -195,7 +195,7 @@ def test_half_fit_in_the_packed_log_is_the_fit_of_that_half_alone(spark, simulat
     test = tables.read_table(spark, warehouse, "serps").where((F.col("dataset") == "sim-ubm") & (F.col("split") == "test"))
     halves = surrogate.real_with_halves(test, 10)
     dcm = get_model("dcm")
-    alone = fit(halves.where(F.col("half") == "a"), dcm, iterations=cfg.surrogate.iterations, max_rank=10,
+    alone = fit(halves.where(F.col("half") == "a"), dcm, iterations=cfg.surrogate.iterations, tol=None, max_rank=10,
                 prior=model_prior(dcm, 10, *cfg.fit.prior_overrides("dcm")))
     on_b = perplexity(halves.where(F.col("half") == "b"), alone, cfg.surrogate.eps)
     assert rows[("real_log", "fit_a_score_b")]["reverse_ppl"] == pytest.approx(on_b.total, rel=1e-9)

@@ -73,8 +73,8 @@ def test_em_never_goes_down_and_the_prior_beats_the_plain_ratio_on_test(spark, t
     train, test = serps.where("split = 'train'"), serps.where("split = 'test'")
     for name in ("dctr", "pbm", "dbn"):
         model = get_model(name)
-        plain = fit(train, model, iterations=3, max_rank=10, prior=model_prior(model, 10, "none"))
-        pyclick = fit(train, model, iterations=3, max_rank=10, prior=model_prior(model, 10, "pyclick"))
+        plain = fit(train, model, iterations=3, tol=None, max_rank=10, prior=model_prior(model, 10, "none"))
+        pyclick = fit(train, model, iterations=3, tol=None, max_rank=10, prior=model_prior(model, 10, "pyclick"))
         for values in ([ll for _, ll, _ in plain.history], pyclick.log_posterior[1:]):
             assert all(b >= a - 1e-9 for a, b in zip(values, values[1:])), (name, values)
         if name == "dctr":   # counting: the plain ratio is final after its one pass

@@ -8,7 +8,10 @@ from typing import Sequence
 from clickeval_spark.config import FitConfig
 from clickeval_spark.models import Engine
 from clickeval_spark.models.base import ClickModel
-from clickeval_spark.models.priors import DEFAULT_K_GRID, DEFAULT_SELECT_SERPS, DEFAULT_WARMUP, ModelPrior, model_prior
+from clickeval_spark.models.priors import ModelPrior, model_prior
+
+# the fit's defaults are the config's (`FitConfig`): a notebook's or a test's fit runs as the fit stage's would
+_FIT = FitConfig()
 
 
 @dataclass(frozen=True)
@@ -30,17 +33,17 @@ class EMOptions:
         (`driver._select_on_sample`); None: on the whole log.
     """
 
-    iterations: int = 20
-    tol: float | None = None
+    iterations: int = _FIT.iterations
+    tol: float | None = _FIT.tol
     prior: ModelPrior | None = None
-    k_grid: Sequence[float] = DEFAULT_K_GRID
-    prior_warmup: int = DEFAULT_WARMUP
-    checkpoint_interval: int = 10
-    engine: Engine = Engine.AUTO
+    k_grid: Sequence[float] = _FIT.prior.grid
+    prior_warmup: int = _FIT.prior.warmup
+    checkpoint_interval: int = _FIT.checkpoint_interval
+    engine: Engine = Engine(_FIT.engine)
     select_on_held_out: bool = True
     ppl_eps: float | None = None
     compiled: bool | None = None
-    select_serps: int | None = DEFAULT_SELECT_SERPS
+    select_serps: int | None = _FIT.prior.select_serps
 
     def __post_init__(self) -> None:
         try:

@@ -137,7 +137,7 @@ def run_fit(spark, serps, name: str, kill_after: tuple[int, ...]) -> dict:
     try:
         # the stage engine: its checkpoints are what a lost executor is recovered from (the resident
         # engine refits from the start instead: tests/models/test_resident.py)
-        fitted = fit(serps, get_model(MODEL), iterations=ITERATIONS, checkpoint_interval=CHECKPOINT_INTERVAL,
+        fitted = fit(serps, get_model(MODEL), iterations=ITERATIONS, tol=None, checkpoint_interval=CHECKPOINT_INTERVAL,
                      logger=logger, engine="stages")
         out["values"] = fitted_values(fitted)
     except Exception as exc:  # the control fit is meant to fail: keep what Spark said

@@ -26,10 +26,10 @@ def test_the_valid_split_chooses_between_em_and_counting(spark):
     packed = pack_serps(df.where(~valid), max_rank=6, held_out=df.where(valid).withColumn("split", F.lit("valid")))
     try:
         prior = model_prior(sdbn, 6, "beta", 2.0)
-        chosen = fit(packed, sdbn, iterations=15, prior=prior)
-        em = fit(packed, _EMOnly(), iterations=15, prior=prior)
-        counted = fit(packed, sdbn.counting, iterations=15, prior=prior)
-        pyclick = fit(packed, sdbn, iterations=15, prior=model_prior(sdbn, 6, "pyclick"))
+        chosen = fit(packed, sdbn, iterations=15, tol=None, prior=prior)
+        em = fit(packed, _EMOnly(), iterations=15, tol=None, prior=prior)
+        counted = fit(packed, sdbn.counting, iterations=15, tol=None, prior=prior)
+        pyclick = fit(packed, sdbn, iterations=15, tol=None, prior=model_prior(sdbn, 6, "pyclick"))
     finally:
         packed.unpersist()
     scores = chosen.prior_spec["estimator_valid_ll"]

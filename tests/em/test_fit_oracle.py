@@ -48,7 +48,7 @@ def check_fit_matches_numpy_oracle(spark, name, kind="beta"):
     M = 8
     log = Log(model, n_serps=2000, M=M, seed=11 + len(name))
     prior = model_prior(model, M, kind, 3.0)
-    fitted = fit(log.df(spark), model, iterations=ITERATIONS, max_rank=M, prior=prior)
+    fitted = fit(log.df(spark), model, iterations=ITERATIONS, tol=None, max_rank=M, prior=prior)
     # PyClick's prior is fitted by PyClick's estimator, where the model has one (SDBN: counting)
     assert fitted.prior_spec.get("estimator") == (None if model.counting is None
                                                   else "counting" if kind == "pyclick" else "em")
@@ -111,7 +111,7 @@ def test_fit_on_repeated_serps_matches_numpy_oracle(spark, name):
         weights = np.concatenate([codec.decode_data(r["data"])[2] for r in packed.blocks.collect()])
         assert weights.sum() == 1500 and len(weights) <= 500 and (weights % 3 == 0).all()
         prior = model_prior(model, M, "beta", 3.0)
-        fitted = fit(packed, model, iterations=ITERATIONS, max_rank=M, prior=prior)
+        fitted = fit(packed, model, iterations=ITERATIONS, tol=None, max_rank=M, prior=prior)
     finally:
         packed.unpersist()
     tile = lambda a: np.concatenate([a] * 3)   # noqa: E731
@@ -136,7 +136,7 @@ def test_fit_bit_identical_on_any_partitioning(spark):
         spark.conf.set("spark.sql.shuffle.partitions", shuffle)
         try:
             df = log.df(spark).repartition(parts)
-            fitted = fit(df, model, iterations=3, max_rank=6)
+            fitted = fit(df, model, iterations=3, tol=None, max_rank=6)
             qd = sorted(tuple(r) for r in fitted.qd.collect())
             results.append((qd, {k: v.tobytes() for k, v in fitted.glob.items()}, fitted.prior,
                             [h[1] for h in fitted.history]))
@@ -150,8 +150,8 @@ def test_one_packed_log_serves_several_models(spark):
     packed = blocks.pack_serps(log.df(spark), max_rank=5)
     try:
         for name in ("pbm", "dbn"):
-            once = fit(log.df(spark), get_model(name), iterations=2, max_rank=5)
-            shared = fit(packed, get_model(name), iterations=2, max_rank=5)
+            once = fit(log.df(spark), get_model(name), iterations=2, tol=None, max_rank=5)
+            shared = fit(packed, get_model(name), iterations=2, tol=None, max_rank=5)
             assert sorted(tuple(r) for r in shared.qd.collect()) == sorted(tuple(r) for r in once.qd.collect())
             assert {k: v.tolist() for k, v in shared.glob.items()} == {k: v.tolist() for k, v in once.glob.items()}
         assert packed.blocks.count() == packed.n_blocks == blocks.MIN_BLOCKS
@@ -178,7 +178,7 @@ def test_groups_of_one_packed_log_fit_as_if_alone_and_score_the_held_out_perplex
         prep = part if prep is None else prep.unionByName(part)
     packed = blocks.pack_log(prep, M)
     assert [(grp.n_serps, grp.n_held_out) for grp in packed.groups] == [(200, 60), (150, 60)]
-    options = dict(iterations=3, select_on_held_out=False, ppl_eps=1e-6)
+    options = dict(iterations=3, tol=None, select_on_held_out=False, ppl_eps=1e-6)
     try:
         grouped = driver.fit_groups(packed, model, **options)
     finally:
@@ -197,7 +197,7 @@ def test_groups_of_one_packed_log_fit_as_if_alone_and_score_the_held_out_perplex
         assert values(grouped[g]) == values(alone)
         assert [a.tobytes() for a in grouped[g].held_out_ppl] == [a.tobytes() for a in alone.held_out_ppl]
     # the probe's pairs only add zeros to the pooled sums (last-bit differences, no more)
-    plain = fit(logs[0].df(spark), model, iterations=3, max_rank=M)
+    plain = fit(logs[0].df(spark), model, iterations=3, tol=None, max_rank=M)
     assert grouped[0].glob["lambda"] == pytest.approx(plain.glob["lambda"], rel=1e-9, abs=0)
     by_sql = perplexity(probe, plain, 1e-6)
     in_pass = Perplexity.from_sums(*grouped[0].held_out_ppl)
@@ -244,7 +244,7 @@ def test_fit_rejects_clicks_of_another_length(spark):
     serps = spark.createDataFrame(
         [("t", "train", "s", "x", 1, "q", ["a", "b", "c"], None, [1, 0], None)], SERPS_SCHEMA)
     with pytest.raises(Exception, match="clicks and doc_ids of different lengths"):
-        fit(serps, get_model("pbm"), iterations=1, max_rank=10)
+        fit(serps, get_model("pbm"), iterations=1, tol=None, max_rank=10)
 
 
 def test_a_pass_plan_for_a_group_the_log_lacks_is_refused():

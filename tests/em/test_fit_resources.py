@@ -90,7 +90,7 @@ SCALE_SCRIPT = textwrap.dedent("""
     out["n_pairs"] = serps.select("query_id", F.explode("doc_ids").alias("d")).distinct().count()
     for name in ("pbm", "dbn"):
         t = time.perf_counter()
-        fitted = fit(serps, get_model(name), iterations=2, max_rank=M)
+        fitted = fit(serps, get_model(name), iterations=2, tol=None, max_rank=M)
         out[name] = {{
             "seconds": time.perf_counter() - t,
             "iteration_seconds": [h[2] for h in fitted.history[1:]],

@@ -30,7 +30,7 @@ from tests.em.logs import DCTR_ROWS, SERPS_SCHEMA, sparse_log, split_log
     ("beta", 6.0, {"d1": (2 + 3) / 9, "d2": (0 + 3) / 7, "d3": (1 + 3) / 8}, 0.5),
 ])
 def test_dctr_estimators_by_hand(spark, kind, k, expected, unseen):
-    fitted = fit(spark.createDataFrame(DCTR_ROWS, SERPS_SCHEMA), get_model("dctr"), iterations=1, max_rank=10,
+    fitted = fit(spark.createDataFrame(DCTR_ROWS, SERPS_SCHEMA), get_model("dctr"), iterations=1, tol=None, max_rank=10,
                  prior=model_prior(get_model("dctr"), 10, kind, k))
     got = {r.doc_id: r.alpha for r in fitted.qd.collect()}
     assert got == pytest.approx(expected, abs=1e-15)
@@ -42,7 +42,7 @@ def test_pbm_pyclick_global_update_by_hand(spark):
     # one pass of PBM from 0.5: a click at rank 1 gives exam = 1; a skip gives
     # P(E=1 | C=0) = g(1-a) / (1 - a g) = 1/3. Rank 1: clicked twice, skipped once.
     rows = [("t", "train", f"s{i}", f"r{i}", 1, "q", ["a"], None, [c], None) for i, c in enumerate([1, 1, 0])]
-    fitted = fit(spark.createDataFrame(rows, SERPS_SCHEMA), get_model("pbm"), iterations=1, max_rank=1,
+    fitted = fit(spark.createDataFrame(rows, SERPS_SCHEMA), get_model("pbm"), iterations=1, tol=None, max_rank=1,
                  prior=model_prior(get_model("pbm"), 1, "pyclick"))
     assert fitted.glob["gamma"][0] == pytest.approx((2 + 1 / 3 + 1) / (3 + 2), abs=1e-15)
     # alpha: P(A=1 | C=0) = a(1-g) / (1 - a g) = 1/3 as well
@@ -59,8 +59,8 @@ def test_auto_strength_is_the_best_valid_ll_of_independent_fits(spark):
     packed = pack_serps(train_df, max_rank=log.M, held_out=valid_df)
     try:
         assert (packed.n_serps, packed.n_held_out) == ((~held).sum(), held.sum())
-        auto = fit(packed, model, iterations=4, max_rank=log.M, prior=model_prior(model, log.M), k_grid=grid)
-        plain = fit(packed, model, iterations=4, max_rank=log.M, prior=model_prior(model, log.M, "none"))
+        auto = fit(packed, model, iterations=4, tol=None, max_rank=log.M, prior=model_prior(model, log.M), k_grid=grid)
+        plain = fit(packed, model, iterations=4, tol=None, max_rank=log.M, prior=model_prior(model, log.M, "none"))
     finally:
         packed.unpersist()
 
@@ -106,7 +106,7 @@ def test_auto_strength_is_the_best_valid_ll_of_independent_fits(spark):
 def test_log_posterior_is_ll_plus_beta_log_density(spark):
     model, k = get_model("dbn"), 3.0
     log = sparse_log(model, seed=9)
-    fitted = fit(log.df(spark), model, iterations=3, max_rank=log.M, prior=model_prior(model, log.M, "beta", k))
+    fitted = fit(log.df(spark), model, iterations=3, tol=None, max_rank=log.M, prior=model_prior(model, log.M, "beta", k))
     n = len(log.rows)
     seen = np.bincount(log.qd_index[log.mask], minlength=log.n_pairs) > 0
     for it in (1, 2, 3):
@@ -131,7 +131,7 @@ def test_prior_is_stored_with_the_parameters_and_read_back(spark):
     log = sparse_log(model, seed=2)
     prior = model_prior(model, log.M, "beta", 5.0, {"sigma": ("pyclick", 1.0), "gamma": ("pyclick", 1.0)})
     assert prior.kind == "mixed"
-    fitted = fit(log.df(spark), model, iterations=2, max_rank=log.M, prior=prior)
+    fitted = fit(log.df(spark), model, iterations=2, tol=None, max_rank=log.M, prior=prior)
     rows = to_param_rows(fitted, "run-p")
     small = {r.param: r.value for r in rows.where(F.col("query_id").isNull() & F.col("rank").isNull()).collect()}
     by_rank = {(r.param, r.rank): r.value for r in rows.where(F.col("param").isin("prior_alpha", "prior_sigma")
@@ -195,7 +195,7 @@ def test_pooled_means_are_fixed_after_the_warmup_and_em_then_converges(spark, na
     log = sparse_log(model, seed=4)
     families = {"gamma": ("beta", 8.0)} if name == "ubm" else None
     prior = model_prior(model, log.M, "beta", k, families)
-    fitted = fit(log.df(spark), model, iterations=8, max_rank=log.M, prior=prior, prior_warmup=warmup)
+    fitted = fit(log.df(spark), model, iterations=8, tol=None, max_rank=log.M, prior=prior, prior_warmup=warmup)
     qd_np, glob_np, hist_np = fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask, 8, log.M,
                                         prior=prior, warmup=warmup)
     got = {(r.query_id, r.doc_id): r.alpha for r in fitted.qd.collect()}

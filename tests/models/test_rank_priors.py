@@ -59,8 +59,8 @@ def test_unseen_pairs_take_their_rank_mean_and_seen_pairs_can_shrink_toward_thei
     # shown: the pooled m = 3 / 6. d1 is shown at rank 1 only, d2 at rank 2, d3 once at each.
     df = spark.createDataFrame(DCTR_ROWS, SERPS_SCHEMA)
     model = get_model("dctr")
-    pooled = fit(df, model, iterations=1, max_rank=10, prior=model_prior(model, 10, "beta", 2.0))
-    by_rank = fit(df, model, iterations=1, max_rank=10,
+    pooled = fit(df, model, iterations=1, tol=None, max_rank=10, prior=model_prior(model, 10, "beta", 2.0))
+    by_rank = fit(df, model, iterations=1, tol=None, max_rank=10,
                   prior=model_prior(model, 10, "beta", 2.0, seen_means=("rank",)))
     assert pooled.prior_by_rank["alpha"] == pytest.approx([3 / 4, 0.0] + [1 / 2] * 8, abs=1e-15)
     assert by_rank.prior_by_rank == pooled.prior_by_rank
@@ -83,7 +83,7 @@ def test_eb_candidate_takes_each_familys_evidence_argmax_and_valid_chooses(spark
     train_df, valid_df = split_log(spark, log, held)
     packed = pack_serps(train_df, max_rank=log.M, held_out=valid_df)
     try:
-        fitted = fit(packed, model, iterations=3, max_rank=log.M, k_grid=(1.0, 64.0),
+        fitted = fit(packed, model, iterations=3, tol=None, max_rank=log.M, k_grid=(1.0, 64.0),
                      prior=model_prior(model, log.M, seen_means=("pooled", "rank")))
     finally:
         packed.unpersist()
