@@ -111,13 +111,14 @@ def train_lcm(train: DataFrame, max_rank: int, options: LearnerOptions = Learner
         model = lr.fit(design)
         summary = model.summary
         objective = float(summary.objectiveHistory[-1])
+        # the per-pair table, materialised on the executors from the cached positions: model_params takes a
+        # select of it per statistic and the valid LL attaches it, which would each recompute the positions
+        stats = pair_stats(expected).localCheckpoint(eager=True)
     finally:
         pos.unpersist()
     coef = model.coefficients.toArray()
     glob = {"w_rank": coef[:2 * M].reshape(M, 2), "w": coef[2 * M:]}
     seconds = time.perf_counter() - t0
-    # the qd table is built again from `train` when it is written (pos is released): deterministic
-    stats = pair_stats(with_expected(positions(train, M, options.seed, options.folds), ctr, ctr0))
     fitted = FittedModel(model=get_model("lcm"), max_rank=M, qd=stats, glob=glob,
                          prior={p: 0.0 for p in QD_STATS}, history=[(0, -objective, seconds)])
     if valid is not None:

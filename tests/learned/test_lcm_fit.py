@@ -127,8 +127,10 @@ def test_beats_every_classic_model_when_clicks_depend_on_the_count_above(spark):
     rows_m = compute_metrics(preds, serps, None, None, [], MetricOptions(max_rank=M, replicates=200),
                              reference_model="lcm")
     # <classic>_diff = classic - lcm: its interval wholly below 0 means lcm's LL is above with 95% confidence
+    print("test LL lcm", round(_metric(rows_m, "lcm", "LL")["value"], 5))
     for name in sorted(MODELS):
         diff = _metric(rows_m, name, "LL_diff")
+        print(f"lcm - {name}: {-diff['value']:+.5f} [{-diff['ci_high']:+.5f}, {-diff['ci_low']:+.5f}]")
         assert diff["ci_high"] < 0, (name, diff)
     serps.unpersist()
 
