@@ -55,6 +55,8 @@ def run(ctx: StageContext) -> dict[str, list]:
                 histories[name] = fitted.history
                 chosen = (f", prior {_chosen(fitted)} by valid LL" if fitted.selection
                           else f", prior {fitted.prior_spec['kind']}")
+                if "estimator_valid_ll" in fitted.prior_spec:   # a model with two estimators (SDBN): valid chose
+                    chosen += f", estimator {fitted.prior_spec['estimator']} by valid LL"
                 valid_ll = "" if fitted.valid_ll is None else f", valid LL per position {fitted.valid_ll:.4f}"
                 print(f"fit {name}: {run.counts['iterations']} iteration(s), "
                       f"train LL per SERP {fitted.history[-1][1]:.4f}{valid_ll}{chosen}")
