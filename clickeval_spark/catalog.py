@@ -211,7 +211,6 @@ def _check_location(spark: SparkSession, qualified: str, path: str) -> None:
                              f"{path}: set another tables.catalog.database, or drop that table from the catalog")
 
 
-
 def _location(spark: SparkSession, qualified: str) -> str:
     """A catalog table's location: the session catalog's record of it (a metastore call), or in another catalog
     (Unity's `catalog.schema`) Delta's detail of the table."""

@@ -17,8 +17,8 @@ from pyspark import SparkContext, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["JavaObject", "Py4JJavaError", "checkpoint_rdd", "glob", "hadoop_fs", "jvm", "launch_jvm_logging_to",
-           "list_files", "session_catalog_location", "max_concurrent_tasks", "path_exists", "persist_rdd", "qualified_path", "session_state",
-           "spark_hash_long", "storage_level", "write_text_file"]
+           "list_files", "max_concurrent_tasks", "path_exists", "persist_rdd", "qualified_path",
+           "session_catalog_location", "session_state", "spark_hash_long", "storage_level", "write_text_file"]
 
 
 def jvm(spark: SparkSession):

@@ -82,9 +82,9 @@ class Candidate:
         if opts.select_on_held_out and scored:
             self.valid_ll = float(sums["ll_valid"][0] / sums["n_valid"][0])
         ctx.log.debug("%s %s iteration %d: train LL %.6f per SERP, log posterior %.6f, valid LL %s per position, "
-                  "prior m %s, %.2f s", model.name, self.label, it, ll, self.posterior[-1],
-                  f"{self.valid_ll:.6f}" if scored and opts.select_on_held_out else "-", self.means_text,
-                  self.pending_secs)
+                      "prior m %s, %.2f s", model.name, self.label, it, ll, self.posterior[-1],
+                      f"{self.valid_ll:.6f}" if scored and opts.select_on_held_out else "-", self.means_text,
+                      self.pending_secs)
 
     def advance(self, it: int, sums: dict[str, np.ndarray], secs: float, n_serps: int, ctx: FitContext) -> None:
         """After pass ``it``: record what it scored, end the warm-up or the fit, and plan the M-steps."""
@@ -134,7 +134,8 @@ class Candidate:
     def fitted(self, model: ClickModel, M: int, prior: ModelPrior, qd: DataFrame, selection: dict | None,
                held_out_ppl: tuple[np.ndarray, np.ndarray] | None) -> FittedModel:
         """This candidate as the fit's result; ``prior`` is the fit's (before candidates resolved it)."""
-        spec = {"kind": prior.kind, "strengths": Strength.EB.value if self.choice == Strength.EB else "grid" if prior.auto else "fixed",
+        strengths = Strength.EB.value if self.choice == Strength.EB else "grid" if prior.auto else "fixed"
+        spec = {"kind": prior.kind, "strengths": strengths,
                 "seen_means": self.prior.seen_means[0],
                 "families": {**{p: {"k": f.k, "m": self.unseen[p], "pooled": f.m is None,
                                     "m_by_rank": self.unseen_by_rank.get(p)}

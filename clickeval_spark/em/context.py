@@ -11,7 +11,8 @@ from clickeval_spark.em.passes import Passes
 from clickeval_spark.models.base import ClickModel
 from clickeval_spark.models.priors import ModelPrior
 
-#: progress after each pass: (pass, passes at most, phase: "" or "sample")
+#: called after every EM pass: (passes done, the iteration cap, "" on the fit's log or "sample" on the
+#: selection sample of `driver._select_on_sample`)
 OnPass = Callable[[int, int, str], None]
 
 

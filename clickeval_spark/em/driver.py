@@ -33,9 +33,6 @@ from clickeval_spark.models.priors import DEFAULT_K, Strength, model_prior
 
 _log = logging.getLogger(__name__)
 
-#: called after every EM pass: (passes done, the iteration cap, "" on the fit's log or "sample" on the
-#: selection sample of `_select_on_sample`)
-
 
 def fit(serps: DataFrame | PackedLog, model: ClickModel, options: EMOptions | None = None, *, max_rank: int = 10,
         logger: logging.Logger | None = None, on_pass: OnPass | None = None, **changes) -> FittedModel:

@@ -82,9 +82,8 @@ def predict_clicks(serps: DataFrame, fitted: FittedModel) -> DataFrame:
 
 
 def _relevance_fn(fitted: Mapping[str, FittedModel]):
-    # a learned model's relevance needs its weights (`relevance_uses_globals`); the classic kernels' do not
     models = [(name, model, {p: (c, float(fitted[name].prior[p])) for p, c in own.items()},
-               (g,) if getattr(model, "relevance_uses_globals", False) else ())
+               (g,) if model.relevance_uses_globals else ())
               for name, model, g, own in wide_models(fitted)]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

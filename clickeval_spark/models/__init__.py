@@ -23,6 +23,7 @@ MODELS: dict[str, ClickModel] = {
 #: for predict, sample and relevance. Apart from MODELS, which is the EM registry (fits, surrogates, simulations)
 LEARNED: dict[str, ClickModel] = {m.name: m for m in (LCM(),)}
 
+
 class Engine(StrEnum):
     """How a fit runs its EM passes (`em.EMOptions.engine`): one Spark job per pass, every pass in one barrier
     stage (`em.resident.ResidentPasses`), or the second where the cluster allows it."""

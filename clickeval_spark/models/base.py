@@ -60,6 +60,8 @@ class ClickModel(ABC):
     #: ``row_constants()["cell"]`` (gamma.size where masked). EM runs its passes through the compiled
     #: `compiled.examination_pass` instead of the numpy E-step
     examination_cells: bool = False
+    #: `relevance` takes the global parameters too (``relevance(qd, g)``): a learned model's weights
+    relevance_uses_globals: bool = False
 
     def global_shapes(self, M: int) -> dict[str, tuple[int, ...]]:
         """Per-rank / global parameter shapes for lists of length M."""

@@ -69,8 +69,7 @@ class LCM(ClickModel):
     name = "lcm"
     qd_params = QD_STATS
     iterative = False
-    #: `relevance` needs the weights: fitted/predict passes the global parameters
-    relevance_uses_globals = True
+    relevance_uses_globals = True   # P(click at rank 1) needs the weights
 
     def global_shapes(self, M: int) -> dict[str, tuple[int, ...]]:
         # w_rank[r, j]: the intercept of rank r + 1 with no click above (j = 0) or some (j = 1)

@@ -1,4 +1,4 @@
-"""Fit: every configured click model on the train split by distributed EM (the learned one by Spark MLlib) → model_params."""
+"""Fit: every configured click model on the train split (by EM; the learned one by Spark MLlib) → model_params."""
 
 from __future__ import annotations
 
