@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+from clickeval_spark.em.passes import PassMode, PassPlan
 from clickeval_spark.em.step import BlockArrays, em_block
 from clickeval_spark.models import get_model
 from clickeval_spark.models.base import sample_clicks
@@ -52,12 +53,12 @@ def timed_passes(model, block: BlockArrays, start: np.ndarray, compiled: bool, r
     k = np.array([prior.qd[p].k for p in model.qd_params])
     update = (k, np.full(len(model.qd_params), 0.4))
     g = {name: np.full(s, 0.6) for name, s in model.global_shapes(M).items()}
-    state = start
-    em_block(model, g, block, state, update, compiled=compiled)   # warm-up: numba compiles or loads its cache
+    state, plan = start, PassPlan(PassMode.STEP, g, update, compiled=compiled)
+    em_block(model, block, state, plan)   # warm-up: numba compiles or loads its cache
     times, out = [], None
     for _ in range(repeats):
         t = time.perf_counter()
-        out = em_block(model, g, block, state, update, compiled=compiled)
+        out = em_block(model, block, state, plan)
         times.append(time.perf_counter() - t)
     return times, out
 
@@ -73,7 +74,8 @@ def main(argv=None) -> int:
     for name in args.models.split(","):
         model = get_model(name)
         block = simulated_block(model, args.serps, seed=7)
-        start, _ = em_block(model, model.init_global(M), block, None, compiled=False)   # one E-step from 0.5
+        from_half = PassPlan(PassMode.STEP, model.init_global(M), None, compiled=False)   # one E-step from 0.5
+        start, _ = em_block(model, block, None, from_half)
         numpy_t, (state, vec) = timed_passes(model, block, start, False, args.repeats)
         comp_t, (c_state, c_vec) = timed_passes(model, block, start, True, args.repeats)
         both = np.concatenate([state.ravel(), vec]), np.concatenate([c_state.ravel(), c_vec])

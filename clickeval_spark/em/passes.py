@@ -29,12 +29,15 @@ class PassPlan:
     """What one candidate fit does in a pass.
 
     mode: a `PassMode` (its name as a string is taken too: plans cross to the tasks as JSON).
+    g: the global parameters the pass runs under.
+    update: the qd M-step the pass applies first, (k, m) or (k, m, m by rank), or None (`step.em_block`).
     group: the packed log's group the candidate is fitted on (`blocks.BlockGroup`).
     ppl_eps: also score the held-out SERPs' perplexity terms (`step.em_block`).
     held_out: score the held-out SERPs at all (the driver asks only when it reads their LL).
     eb: also sum the Beta-binomial evidence of the qd families (`step.em_block`).
     seen_by_rank: pairs seen in training shrink toward their ranks' mean (`step.em_block`).
-    compiled: the block step (`step.em_block`'s ``compiled``; None: the model's default).
+    compiled: the block step by the model's compiled pass (`step.compiled_pass`), False: by the numpy kernels;
+        None: the model's default (`step.em_block`).
     """
 
     mode: PassMode

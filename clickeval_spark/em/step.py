@@ -15,6 +15,7 @@ from typing import Mapping
 import numpy as np
 
 from clickeval_spark.em.codec import decode_data
+from clickeval_spark.em.passes import PassMode, PassPlan
 from clickeval_spark.models.base import INIT_VALUE, LL_EPS, ClickModel, binned_sums
 from clickeval_spark.models.ccm import CCM
 from clickeval_spark.models.dbn import DBN
@@ -116,37 +117,38 @@ class BlockArrays:
             entry[1] = False
 
 
-def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays, state: np.ndarray | None,
-             update: tuple[np.ndarray, np.ndarray] | None = None, *, estep: bool = True,
-             held_out: bool = True, ppl_eps: float | None = None, slice_rows: int = SLICE_ROWS,
-             compiled: bool | None = None, eb: bool = False, seen_by_rank: bool = False
-             ) -> tuple[np.ndarray, np.ndarray]:
-    """One EM pass over a block: the qd M-step of the last E-step, then the LL and a new E-step.
+def em_block(model: ClickModel, block: BlockArrays, state: np.ndarray | None, plan: PassPlan, *,
+             slice_rows: int = SLICE_ROWS) -> tuple[np.ndarray, np.ndarray]:
+    """One EM pass of one candidate over a block, as its ``plan`` says: the qd M-step of the last E-step,
+    then the LL and (`PassMode.STEP`) a new E-step; `PassMode.SCORE` estimates nothing new.
 
     ``state`` is float64 (3, P, n_pairs): the pairs' current values, and the
     num / den of the last E-step (None: the start, every value ``INIT_VALUE``).
-    ``update`` = (k, m), each (P,), applies that M-step first as a posterior mode
-    (`priors.posterior_mode`; m is the pooled mean the driver computed from every
+    ``plan.g`` holds the global parameters. ``plan.update`` = (k, m), each (P,), applies that M-step first
+    as a posterior mode (`priors.posterior_mode`; m is the pooled mean the driver computed from every
     block's sums); None leaves the values as they are. The M-step is deferred to
     the next pass because m needs the whole log's sums. Pairs without a training
     impression (seen only in held-out SERPs) get m; or, with a third entry m_rank (P, M),
-    the prior mean of the rank they are shown at. ``seen_by_rank``: a pair with training
+    the prior mean of the rank they are shown at. ``plan.seen_by_rank``: a pair with training
     impressions is shrunk toward the impression-weighted mean of its ranks' m_rank instead of m.
 
     Row b stands for ``weight[b]`` identical SERPs (`fold_rows`); every sum counts
     it that many times. The first ``n_train`` rows are training data: they give the
     E-step's sums and the training LL. The rest are held out (the valid split):
-    scored only, unless ``held_out`` is False (their sums, n_valid included, are then 0);
-    with ``ppl_eps`` also by unconditional click probability per rank,
-    clipped to [ppl_eps, 1 - ppl_eps] (perplexity, DESIGN §5). With ``estep`` False
-    nothing new is estimated. ``compiled`` (default: whether the model has a `compiled_pass`): the LL and
-    the E-step by that compiled pass over the whole block, instead of the numpy kernels slice by slice
-    (the perplexity terms stay numpy's); True for an EM model without one is an error (a counting model's
-    one pass is numpy's either way). ``eb``: also the
-    Beta-binomial evidence of the new E-step's counts of the pairs, under the m of ``update`` (empirical
-    Bayes strengths).
+    scored only, unless ``plan.held_out`` is False (their sums, n_valid included, are then 0);
+    with ``plan.ppl_eps`` also by unconditional click probability per rank,
+    clipped to [ppl_eps, 1 - ppl_eps] (perplexity, DESIGN §5). ``plan.compiled`` (None: whether the model
+    has a `compiled_pass`): the LL and the E-step by that compiled pass over the whole block, instead of the
+    numpy kernels ``slice_rows`` SERPs at a time (the perplexity terms stay numpy's); True for an EM model
+    without one is an error (a counting model's one pass is numpy's either way). ``plan.eb``: also the
+    Beta-binomial evidence of the new E-step's counts of the pairs, under the m of ``plan.update``
+    (empirical Bayes strengths).
     Returns (new state, stats vector in `stats_layout` order).
     """
+    if plan.mode == PassMode.HOLD:
+        raise ValueError("em_block: a held candidate runs no pass (its state is kept as it is)")
+    g, update, held_out, ppl_eps = plan.g, plan.update, plan.held_out, plan.ppl_eps
+    estep = plan.mode == PassMode.STEP
     clicks, mask, spare, weight, n_train, n_pairs = (block.clicks, block.mask, block.bins, block.weight,
                                                      block.n_train, block.n_pairs)
     B, M = clicks.shape
@@ -163,7 +165,7 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
         k, m = (np.asarray(a, dtype=np.float64)[:, None] for a in update[:2])
         seen = block.impressions > 0
         unseen = np.asarray(update[2], dtype=np.float64) if len(update) > 2 else np.broadcast_to(m, (P, M))
-        m_pair = block.pair_means(unseen) if seen_by_rank else np.broadcast_to(m, (P, n_pairs))
+        m_pair = block.pair_means(unseen) if plan.seen_by_rank else np.broadcast_to(m, (P, n_pairs))
         values = np.where(seen[None, :], posterior_mode(num_prev, den_prev, values, k, m_pair), m)
         lp = log_prior(values[:, seen], k, m_pair[:, seen])
     # each pair's value; in the spare bin one a masked rank reads (kernels ignore masked ranks); then the
@@ -186,8 +188,8 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
 
     steps = train if estep else []               # slices the numpy E-step runs on
     scored = ([] if estep else train) + valid   # slices only scored
-    kernel = compiled_pass(model) if compiled is not False else None
-    if compiled and kernel is None and model.iterative:
+    kernel = compiled_pass(model) if plan.compiled is not False else None
+    if plan.compiled and kernel is None and model.iterative:
         raise ValueError(f"{model.name} has no compiled pass")
     if kernel == "examination":
         ll, ll_valid = _examination_pass(g, block, padded[0], estep, held_out, qd_num[0], g_num["gamma"],
@@ -244,7 +246,7 @@ def em_block(model: ClickModel, g: Mapping[str, np.ndarray], block: BlockArrays,
              ppl_n, ppl_ln]
     parts += [np.array([qd_num[j].sum(), qd_den[j].sum()]) for j in range(P)]
     parts += [np.concatenate([rank_num[j], rank_den[j]]) for j in range(P)]
-    parts += [_evidence(qd_num[j], qd_den[j], m_pair[j]) if eb and estep and update is not None
+    parts += [_evidence(qd_num[j], qd_den[j], m_pair[j]) if plan.eb and estep and update is not None
               else np.zeros(len(EB_GRID)) for j in range(P)]
     parts += [np.concatenate([g_num[k_].ravel(), g_den[k_].ravel()]) for k_ in shapes]
     return new_state, np.concatenate(parts)

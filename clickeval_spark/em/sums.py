@@ -70,10 +70,7 @@ def block_pass(model: ClickModel, plans: list[PassPlan], lanes: list[list[int]],
         if plan.mode == PassMode.HOLD:   # only after a first pass: the state exists
             new[slot] = state[slot]
             continue
-        new[slot], vec[c * size:(c + 1) * size] = em_block(
-            model, plan.g, arrays, None if state is None else state[slot], plan.update,
-            estep=plan.mode == PassMode.STEP, held_out=plan.held_out, ppl_eps=plan.ppl_eps, eb=plan.eb,
-            seen_by_rank=plan.seen_by_rank, compiled=plan.compiled)
+        new[slot], vec[c * size:(c + 1) * size] = em_block(model, arrays, None if state is None else state[slot], plan)
     arrays.end_pass()
     return new, vec
 

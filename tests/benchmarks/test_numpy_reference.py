@@ -14,6 +14,7 @@ import pytest
 from benchmarks.numpy_reference import REFERENCES, prev_click_rank
 from clickeval_spark.models import get_model
 from clickeval_spark.em.codec import encode_data
+from clickeval_spark.em.passes import PassMode, PassPlan
 from clickeval_spark.em.step import BlockArrays, em_block, global_params
 from clickeval_spark.em.sums import split_stats
 from clickeval_spark.models.priors import model_prior, pooled_mean
@@ -55,13 +56,13 @@ def test_reference_equals_the_oracle_and_em_block(name):
     plain = model_prior(model, M, "none")
     state, update, g = None, None, model.init_global(M)
     for _ in range(ITERATIONS):
-        state, vec = em_block(model, g, block, state, update, slice_rows=700)   # several slices
+        state, vec = em_block(model, block, state, PassPlan(PassMode.STEP, g, update), slice_rows=700)   # slices
         sums = split_stats(model, M, vec)
         g, _ = global_params(model, M, sums, g, plain.glob)
         update = (np.zeros(len(model.qd_params)),
                   np.array([pooled_mean(*sums[f"pool_{q}"]) for q in model.qd_params]))
         assert sums["n"][0] == B
-    state, _ = em_block(model, g, block, state, update, estep=False)
+    state, _ = em_block(model, block, state, PassPlan(PassMode.SCORE, g, update))
     for k in glob_np:
         np.testing.assert_allclose(g[k], glob_np[k], rtol=0, atol=1e-12, err_msg=k)
     for j, q in enumerate(model.qd_params):

@@ -1,7 +1,7 @@
 """The compiled EM passes (`compiled.examination_pass` of PBM and UBM, `compiled_chain.chain_pass` of the
 cascade models fitted by EM) against the numpy kernels.
 
-The oracle is `step.em_block` with ``compiled=False``: each model's vectorised numpy E-step and LL,
+The oracle is `step.em_block` with a plan's ``compiled=False``: each model's vectorised numpy E-step and LL,
 slice by slice. Both paths run the same passes (beta prior M-steps, folded rows with weights, lists of
 uneven length, with and without held-out rows, a scoring pass with perplexity terms; parameters at and
 next to 0 and 1, where probabilities are clipped and posteriors divide by 0) and must give the same
@@ -16,6 +16,7 @@ import pytest
 from clickeval_spark.models import MODELS, get_model
 from clickeval_spark.models.dbn import DBN
 from clickeval_spark.models.base import LL_EPS
+from clickeval_spark.em.passes import PassMode, PassPlan
 from clickeval_spark.em.step import BlockArrays, compiled_pass, em_block, global_params
 from clickeval_spark.em.sums import split_stats
 from clickeval_spark.models.priors import model_prior, pooled_mean
@@ -44,12 +45,13 @@ def _passes(model, block, compiled: bool):
     g = {k: rng.uniform(0.2, 0.9, s) for k, s in model.global_shapes(M).items()}
     state, update, out = None, None, []
     for _ in range(4):
-        state, vec = em_block(model, g, block, state, update, compiled=compiled, slice_rows=700)
+        plan = PassPlan(PassMode.STEP, g, update, compiled=compiled)
+        state, vec = em_block(model, block, state, plan, slice_rows=700)
         sums = split_stats(model, M, vec)
         g, _ = global_params(model, M, sums, g, prior.glob)
         update = (k_qd, np.array([pooled_mean(*sums[f"pool_{q}"]) for q in model.qd_params]))
         out.append((state, vec))
-    out.append(em_block(model, g, block, state, update, estep=False, ppl_eps=1e-4, compiled=compiled))
+    out.append(em_block(model, block, state, PassPlan(PassMode.SCORE, g, update, ppl_eps=1e-4, compiled=compiled)))
     return out
 
 
@@ -76,11 +78,11 @@ def test_every_em_model_has_a_compiled_pass_and_no_counting_model_has_one():
     # a counting model's one pass is numpy's whatever is asked; an EM model without a compiled pass refuses it
     cm = get_model("cm")
     block = _block(cm, seed=2)
-    np.testing.assert_array_equal(em_block(cm, {}, block, None, compiled=True)[1],
-                                  em_block(cm, {}, block, None, compiled=False)[1])
+    np.testing.assert_array_equal(em_block(cm, block, None, PassPlan(PassMode.STEP, {}, None, compiled=True))[1],
+                                  em_block(cm, block, None, PassPlan(PassMode.STEP, {}, None, compiled=False))[1])
     assert compiled_pass(_Variant()) is None
     with pytest.raises(ValueError, match="dbn-variant has no compiled pass"):
-        em_block(_Variant(), {"gamma": np.asarray(0.5)}, block, None, compiled=True)
+        em_block(_Variant(), block, None, PassPlan(PassMode.STEP, {"gamma": np.asarray(0.5)}, None, compiled=True))
 
 
 @pytest.mark.parametrize("held_out_rows", [True, False])
@@ -117,8 +119,8 @@ def test_parameters_at_and_next_to_0_and_1_give_the_numpy_kernels_sums(name):
     state = np.stack([edgy((P, N_PAIRS)), np.zeros((P, N_PAIRS)), np.zeros((P, N_PAIRS))])
     for seed in range(3):
         g = {k: edgy(s) for k, s in model.global_shapes(M).items()}
-        state_np, vec = em_block(model, g, block, state, compiled=False)
-        state_c, c_vec = em_block(model, g, block, state, compiled=True)
+        state_np, vec = em_block(model, block, state, PassPlan(PassMode.STEP, g, None, compiled=False))
+        state_c, c_vec = em_block(model, block, state, PassPlan(PassMode.STEP, g, None, compiled=True))
         sums = _assert_same(model, state_np, vec, state_c, c_vec, f"{name} globals {seed}")
         assert np.isfinite(state_np).all() and np.isfinite(vec).all()
         assert sums["ll"][0] < 20 * np.log(LL_EPS)   # clipped ranks in it
@@ -134,7 +136,7 @@ def test_a_long_list_of_clipped_probabilities_does_not_underflow(name):
     P = len(model.qd_params)
     state = np.stack([np.zeros((P, 1)), np.zeros((P, 1)), np.zeros((P, 1))])
     for compiled in (False, True):
-        _, vec = em_block(model, model.init_global(m), block, state, estep=False, compiled=compiled)
+        _, vec = em_block(model, block, state, PassPlan(PassMode.SCORE, model.init_global(m), None, compiled=compiled))
         assert split_stats(model, m, vec)["ll"][0] == pytest.approx(4 * m * np.log(LL_EPS), rel=1e-12)
 
 
@@ -144,9 +146,10 @@ def test_a_pass_without_held_out_rows_gives_the_same_training_sums(name, compile
     model = get_model(name)
     block = _block(model, seed=3)
     g = model.init_global(M)
-    state, _ = em_block(model, g, block, None, compiled=compiled)
-    both, vec = em_block(model, g, block, state, compiled=compiled)
-    train_only, t_vec = em_block(model, g, block, state, held_out=False, compiled=compiled)
+    state, _ = em_block(model, block, None, PassPlan(PassMode.STEP, g, None, compiled=compiled))
+    both, vec = em_block(model, block, state, PassPlan(PassMode.STEP, g, None, compiled=compiled))
+    train_only, t_vec = em_block(model, block, state,
+                                 PassPlan(PassMode.STEP, g, None, held_out=False, compiled=compiled))
     sums, t_sums = split_stats(model, M, vec), split_stats(model, M, t_vec)
     assert sums["n_valid"][0] > 0 and sums["ll_valid"][0] < 0
     assert t_sums["n_valid"][0] == 0 and t_sums["ll_valid"][0] == 0

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from clickeval_spark.models import MODELS, get_model
 from clickeval_spark.em.codec import decode_data, decode_keys, fold_rows, pack_block
+from clickeval_spark.em.passes import PassMode, PassPlan
 from clickeval_spark.em.step import BlockArrays, em_block, global_params
 from clickeval_spark.em.sums import split_stats
 from clickeval_spark.models.priors import model_prior, pooled_mean
@@ -55,7 +56,7 @@ def _passes(model, clicks, pair, n_train, weight, passes=4):
     state, update, g, vecs = None, None, model.init_global(M), []
     block = BlockArrays.of(model, clicks, pair, 60, n_train, weight)
     for _ in range(passes):
-        state, vec = em_block(model, g, block, state, update, ppl_eps=1e-6, slice_rows=900)
+        state, vec = em_block(model, block, state, PassPlan(PassMode.STEP, g, update, ppl_eps=1e-6), slice_rows=900)
         sums = split_stats(model, M, vec)
         g, _ = global_params(model, M, sums, g, prior.glob)
         update = (k_qd, np.array([pooled_mean(*sums[f"pool_{q}"]) for q in model.qd_params]))
