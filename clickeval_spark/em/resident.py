@@ -29,6 +29,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import fields
 from typing import Iterator
 
 import numpy as np
@@ -96,19 +97,16 @@ def encode_plans(plans: list[PassPlan] | None, keep_state: bool = True) -> bytes
     if plans is None:
         return json.dumps({"command": "finish", "keep_state": keep_state}).encode()
     return json.dumps({"command": "pass", "plans": [
-        {"mode": p.mode, "g": {k: _array(v) for k, v in p.g.items()},
-         "update": None if p.update is None else [_array(a) for a in p.update],
-         "group": p.group, "ppl_eps": p.ppl_eps, "held_out": p.held_out, "eb": p.eb,
-         "seen_by_rank": p.seen_by_rank, "compiled": p.compiled} for p in plans]}).encode()
+        {**{f.name: getattr(p, f.name) for f in fields(PassPlan)}, "g": {k: _array(v) for k, v in p.g.items()},
+         "update": None if p.update is None else [_array(a) for a in p.update]} for p in plans]}).encode()
 
 
 def decode_plans(buf) -> list[PassPlan] | None:
     msg = json.loads(bytes(buf))
     if msg["command"] == "finish":
         return None
-    return [PassPlan(p["mode"], {k: _unarray(v) for k, v in p["g"].items()},
-                     None if p["update"] is None else tuple(_unarray(a) for a in p["update"]), p["group"], p["ppl_eps"],
-                     p["held_out"], p["eb"], p["seen_by_rank"], p["compiled"])
+    return [PassPlan(**{**p, "g": {k: _unarray(v) for k, v in p["g"].items()},
+                        "update": None if p["update"] is None else tuple(_unarray(a) for a in p["update"])})
             for p in msg["plans"]]
 
 
