@@ -1,5 +1,8 @@
-"""Simulated logs and hand-built fits shared by the EM and fitted-model tests: a helper module, not a
-test module (tests import it; none imports another test module)."""
+"""Simulated logs and hand-built fits shared by the EM, fitted-model and prior tests: a helper module, not a test
+module. The tests under tests/em, tests/fitted and tests/models take its builders (`Log`, `hand_fitted`,
+`sparse_log`) as fixtures from their conftest and import only its constants and plain functions; a module with no
+conftest of its own to ask (tests/test_progress.py, tests/reliability/test_task_retries.py, tests/learned/sim.py)
+imports it."""
 
 from __future__ import annotations
 

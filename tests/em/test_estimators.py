@@ -10,17 +10,16 @@ from clickeval_spark.em import fit, pack_serps
 from clickeval_spark.models import get_model
 from clickeval_spark.models.priors import model_prior
 from clickeval_spark.models.sdbn import SDBN
-from tests.em.logs import Log
 
 
 class _EMOnly(SDBN):
     counting = None
 
 
-def test_the_valid_split_chooses_between_em_and_counting(spark):
+def test_the_valid_split_chooses_between_em_and_counting(spark, make_log):
     sdbn = get_model("sdbn")
     # clicks from DBN at gamma = 1: SDBN's own likelihood is the right one
-    log = Log(get_model("dbn"), n_serps=3000, M=6, seed=23, g_true={"gamma": 1.0})
+    log = make_log(get_model("dbn"), n_serps=3000, M=6, seed=23, g_true={"gamma": 1.0})
     df = log.df(spark)
     valid = F.substring("serp_id", -1, 1).isin("0", "5")
     packed = pack_serps(df.where(~valid), max_rank=6, held_out=df.where(valid).withColumn("split", F.lit("valid")))

@@ -18,7 +18,7 @@ from clickeval_spark.models.priors import model_prior
 from clickeval_spark.em.driver import fit
 
 from tests.models.numpy_em import fit_numpy, gather, total_log_likelihood
-from tests.em.logs import SERPS_SCHEMA, Log, qd_frame
+from tests.em.logs import SERPS_SCHEMA, qd_frame
 
 
 # ---------------------------------------------------------------------------
@@ -39,14 +39,14 @@ ORACLE_CASES = ([(name, "beta") if name not in CONTRACT_MODELS else pytest.param
 
 
 @pytest.mark.parametrize("name,kind", ORACLE_CASES)
-def test_fit_matches_numpy_oracle(spark, name, kind):
-    check_fit_matches_numpy_oracle(spark, name, kind)
+def test_fit_matches_numpy_oracle(spark, make_log, name, kind):
+    check_fit_matches_numpy_oracle(spark, make_log, name, kind)
 
 
-def check_fit_matches_numpy_oracle(spark, name, kind="beta"):
+def check_fit_matches_numpy_oracle(spark, make_log, name, kind="beta"):
     model = get_model(name)
     M = 8
-    log = Log(model, n_serps=2000, M=M, seed=11 + len(name))
+    log = make_log(model, n_serps=2000, M=M, seed=11 + len(name))
     prior = model_prior(model, M, kind, 3.0)
     fitted = fit(log.df(spark), model, iterations=ITERATIONS, tol=None, max_rank=M, prior=prior)
     # PyClick's prior is fitted by PyClick's estimator, where the model has one (SDBN: counting)
@@ -91,18 +91,18 @@ def check_fit_matches_numpy_oracle(spark, name, kind="beta"):
     assert fitted.prior_spec["kind"] == kind
 
 
-def test_fit_on_many_small_blocks_matches_numpy_oracle(spark, monkeypatch):
+def test_fit_on_many_small_blocks_matches_numpy_oracle(spark, make_log, monkeypatch):
     # 2000 SERPs in blocks of ~100: queries spread over 20 blocks, global sums added across them
     monkeypatch.setattr(blocks, "BLOCK_SERPS", 100)
-    check_fit_matches_numpy_oracle(spark, "dbn")
+    check_fit_matches_numpy_oracle(spark, make_log, "dbn")
 
 
 @pytest.mark.parametrize("name", ["ubm", "dbn"])
-def test_fit_on_repeated_serps_matches_numpy_oracle(spark, name):
+def test_fit_on_repeated_serps_matches_numpy_oracle(spark, make_log, name):
     """Every SERP three times (new serp ids): the blocks hold each once, weight 3; the fit is the oracle's on
     the 3x log, SERP by SERP."""
     model, M = get_model(name), 6
-    log = Log(model, n_serps=500, M=M, seed=17)
+    log = make_log(model, n_serps=500, M=M, seed=17)
     df = log.df(spark)
     tripled = df.unionByName(df.withColumn("serp_id", F.concat("serp_id", F.lit("b")))).unionByName(
         df.withColumn("serp_id", F.concat("serp_id", F.lit("c"))))
@@ -127,10 +127,10 @@ def test_fit_on_repeated_serps_matches_numpy_oracle(spark, name):
 
 
 @pytest.mark.slow
-def test_fit_bit_identical_on_any_partitioning(spark):
+def test_fit_bit_identical_on_any_partitioning(spark, make_log):
     """Same SERPs, 1 vs 7 input partitions and 2 vs 8 shuffle partitions: equal to the last bit."""
     model = get_model("ubm")
-    log = Log(model, n_serps=600, M=6, seed=5)
+    log = make_log(model, n_serps=600, M=6, seed=5)
     results = []
     for parts, shuffle in ((1, "2"), (7, "8")):
         spark.conf.set("spark.sql.shuffle.partitions", shuffle)
@@ -145,8 +145,8 @@ def test_fit_bit_identical_on_any_partitioning(spark):
     assert results[0] == results[1]
 
 
-def test_one_packed_log_serves_several_models(spark):
-    log = Log(get_model("pbm"), n_serps=300, M=5, seed=8)
+def test_one_packed_log_serves_several_models(spark, make_log):
+    log = make_log(get_model("pbm"), n_serps=300, M=5, seed=8)
     packed = blocks.pack_serps(log.df(spark), max_rank=5)
     try:
         for name in ("pbm", "dbn"):
@@ -160,7 +160,7 @@ def test_one_packed_log_serves_several_models(spark):
 
 
 @pytest.mark.slow
-def test_groups_of_one_packed_log_fit_as_if_alone_and_score_the_held_out_perplexity(spark):
+def test_groups_of_one_packed_log_fit_as_if_alone_and_score_the_held_out_perplexity(spark, make_log):
     """Two logs packed side by side (`blocks.pack_log` groups), each with the same probe SERPs held out beside
     it, fitted in shared passes (the surrogate stage's route): each group's fit is bit-identical to its log
     packed and fitted alone with the probe, within 1e-9 of the plain fit without it, and the final pass's
@@ -168,8 +168,8 @@ def test_groups_of_one_packed_log_fit_as_if_alone_and_score_the_held_out_perplex
     from clickeval_spark.metrics.distributional import Perplexity, perplexity
 
     model, M = get_model("dcm"), 5
-    logs = [Log(model, n_serps=n, M=M, seed=seed) for n, seed in ((200, 31), (150, 32))]
-    probe = Log(model, n_serps=60, M=M, seed=34).df(spark)
+    logs = [make_log(model, n_serps=n, M=M, seed=seed) for n, seed in ((200, 31), (150, 32))]
+    probe = make_log(model, n_serps=60, M=M, seed=34).df(spark)
     cut = lambda df: attach.truncate_serps(df, M, keep=("serp_id",))  # noqa: E731
     prep = None
     for g, log in enumerate(logs):
@@ -217,9 +217,9 @@ def last_input(model, log, n_iter, prior=None):
     return qd, glob
 
 
-def test_fit_tol_stops_early_and_logs(spark, caplog):
+def test_fit_tol_stops_early_and_logs(spark, make_log, caplog):
     model = get_model("pbm")
-    log = Log(model, n_serps=600, M=6, seed=3)
+    log = make_log(model, n_serps=600, M=6, seed=3)
     hist_np = np.array(fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask, 4, 6)[2]) / 600
     ll0 = total_log_likelihood(model, {"alpha": np.full(log.n_pairs, 0.5)}, model.init_global(6),
                                log.qd_index, log.clicks, log.mask) / 600

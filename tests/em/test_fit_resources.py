@@ -17,11 +17,10 @@ from clickeval_spark.models import get_model
 from clickeval_spark.em import blocks
 from clickeval_spark.em.driver import fit
 
-from tests.em.logs import Log
 
 
 @pytest.mark.slow
-def test_a_fit_leaves_no_local_checkpoint_persisted(spark):
+def test_a_fit_leaves_no_local_checkpoint_persisted(spark, make_log):
     """The stage engine cuts its lineage with a local checkpoint every checkpoint_interval passes; each one is freed once the
     next pass is cached. Before the fix every checkpoint stayed persisted until the session ended (one copy of
     the whole EM state each: a 10M-SERP fit ran out of heap). Only the fit's qd table stays."""
@@ -30,7 +29,7 @@ def test_a_fit_leaves_no_local_checkpoint_persisted(spark):
     def new_persisted() -> int:   # by id: other tests' leftovers may be cleaned meanwhile
         return len(set(spark.sparkContext._jsc.getPersistentRDDs().keySet()) - before)
 
-    log = Log(get_model("pbm"), n_serps=300, M=5, seed=3)
+    log = make_log(get_model("pbm"), n_serps=300, M=5, seed=3)
     packed = blocks.pack_serps(log.df(spark), max_rank=5)
     fitted = fit(packed, get_model("pbm"), iterations=9, tol=None, max_rank=5, checkpoint_interval=2, engine="stages")
     assert fitted.history[-1][0] == 9

@@ -20,7 +20,6 @@ from clickeval_spark.em.sums import split_stats
 from clickeval_spark.models.priors import model_prior, pooled_mean
 from clickeval_spark.em.blocks import pack_serps
 from tests.models.numpy_em import simulate
-from tests.em.logs import Log
 
 M, B, N_TRAIN, LISTS = 6, 4000, 3000, 25
 
@@ -128,11 +127,11 @@ def test_pack_block_numbers_pairs_in_python_string_order_whatever_the_row_order(
             first = data
         assert data == first
 
-def test_packing_with_or_without_spark_folding_gives_the_same_blocks(spark):
+def test_packing_with_or_without_spark_folding_gives_the_same_blocks(spark, make_log):
     """`pack_log(fold=...)`: Spark's fold before the shuffle is an optimisation only; every block's data and keys
     are the same bytes (repeated SERPs: fixed lists, so many fold)."""
     model = get_model("ubm")
-    log = Log(model, n_serps=600, M=2, seed=5, n_queries=12, pool=3, extra=0)
+    log = make_log(model, n_serps=600, M=2, seed=5, n_queries=12, pool=3, extra=0)
     serps = log.df(spark)
     held = serps.where(F.col("serp_pos") == 2)
     train = serps.where(F.col("serp_pos") != 2)

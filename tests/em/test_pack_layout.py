@@ -14,7 +14,6 @@ from clickeval_spark.em.driver import fit
 from clickeval_spark.em.layout import balanced
 from clickeval_spark.models import get_model
 from clickeval_spark.spark_internals import spark_hash_long
-from tests.em.logs import Log
 
 SERPS = T.StructType([
     T.StructField("query_id", T.StringType()),
@@ -127,11 +126,11 @@ def test_the_partition_keys_hash_as_spark_hashes_a_long(spark):
     assert {v: spark_hash_long(v) for v in values} == spark_hashes
 
 
-def test_a_fit_on_smaller_blocks_is_the_same_fit(spark):
+def test_a_fit_on_smaller_blocks_is_the_same_fit(spark, make_log):
     """The block count is the pack's choice, not the estimator's: every query's SERPs are in one block either
     way, so 10 blocks fit what 4 do, to float rounding."""
     model, M = get_model("pbm"), 5
-    log = Log(model, n_serps=300, M=M, seed=62)
+    log = make_log(model, n_serps=300, M=M, seed=62)
     df = log.df(spark)
     default, small = pack_serps(df, max_rank=M), pack_serps(df, max_rank=M, block_serps=30)
     try:

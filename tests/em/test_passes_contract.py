@@ -10,7 +10,6 @@ from clickeval_spark.em.step import compiled_pass
 from clickeval_spark.models import MODELS, get_model
 from clickeval_spark.models.priors import model_prior
 from tests.models.numpy_em import fit_numpy
-from tests.em.logs import Log
 
 ITERATIONS = 3
 ENGINES = ("stages", "resident")
@@ -28,9 +27,9 @@ def _values(fitted, params) -> dict:
 
 
 @pytest.mark.parametrize("name", [name for name, model in MODELS.items() if model.iterative])
-def test_every_engine_and_block_step_fits_the_numpy_oracle(spark, name):
+def test_every_engine_and_block_step_fits_the_numpy_oracle(spark, make_log, name):
     model, M = get_model(name), 6
-    log = Log(model, n_serps=600, M=M, seed=97 + len(name))
+    log = make_log(model, n_serps=600, M=M, seed=97 + len(name))
     prior = model_prior(model, M, "beta", 3.0)
     qd_np, glob_np, hist_np = fit_numpy(model, log.qd_index, log.n_pairs, log.clicks, log.mask, ITERATIONS, M,
                                         prior=prior)

@@ -12,15 +12,15 @@ from pyspark.sql import functions as F
 from clickeval_spark.models import get_model
 from clickeval_spark.fitted import attach
 from clickeval_spark.em import blocks, driver, passes, resident
-from tests.em.logs import Log, fit_values
+from tests.em.logs import fit_values
 
 
-def _grouped_log(spark, model, M):
+def _grouped_log(spark, make_log, model, M):
     """Two logs side by side, each with held-out SERPs (the surrogate stage's shape)."""
     cut = lambda df: attach.truncate_serps(df, M, keep=("serp_id",))  # noqa: E731
     prep = None
     for g, (n, seed) in enumerate(((240, 41), (90, 42))):
-        log, held = Log(model, n_serps=n, M=M, seed=seed), Log(model, n_serps=40, M=M, seed=seed + 10)
+        log, held = make_log(model, n_serps=n, M=M, seed=seed), make_log(model, n_serps=40, M=M, seed=seed + 10)
         part = (cut(log.df(spark)).withColumn("held_out", F.lit(False))
                 .unionByName(cut(held.df(spark)).withColumn("held_out", F.lit(True))).withColumn("group", F.lit(g)))
         prep = part if prep is None else prep.unionByName(part)
@@ -29,11 +29,11 @@ def _grouped_log(spark, model, M):
 
 @pytest.mark.parametrize("name", ["ubm", "dbn"])
 @pytest.mark.slow
-def test_resident_fit_is_bit_identical_to_the_stage_engine(spark, name, caplog):
+def test_resident_fit_is_bit_identical_to_the_stage_engine(spark, make_log, name, caplog):
     """k: auto (a candidate per grid strength, picked on held-out SERPs), tol, pooled priors: every value of the
     fit, the history's LLs and the chosen strength equal the stage engine's bit for bit."""
     model, M = get_model(name), 5
-    log, valid = Log(model, n_serps=400, M=M, seed=51), Log(model, n_serps=80, M=M, seed=52)
+    log, valid = make_log(model, n_serps=400, M=M, seed=51), make_log(model, n_serps=80, M=M, seed=52)
     packed = blocks.pack_serps(log.df(spark), max_rank=M, held_out=valid.df(spark))
     options = dict(iterations=8, tol=1e-3, max_rank=M, k_grid=(0.5, 4.0, 32.0))
     try:
@@ -49,11 +49,11 @@ def test_resident_fit_is_bit_identical_to_the_stage_engine(spark, name, caplog):
 
 
 @pytest.mark.slow
-def test_resident_groups_fit_bit_identical_with_held_out_perplexity(spark):
+def test_resident_groups_fit_bit_identical_with_held_out_perplexity(spark, make_log):
     """Several logs in one pack, held-out SERPs only scored, the final pass's perplexity terms (the surrogate
     stage's call): each group's fit equals the stage engine's."""
     model, M = get_model("dcm"), 5
-    packed = _grouped_log(spark, model, M)
+    packed = _grouped_log(spark, make_log, model, M)
     options = dict(iterations=4, tol=None, select_on_held_out=False, ppl_eps=1e-6)
     try:
         stages = driver.fit_groups(packed, model, engine="stages", **options)
@@ -66,12 +66,12 @@ def test_resident_groups_fit_bit_identical_with_held_out_perplexity(spark):
 
 @pytest.mark.parametrize("loss", ["job cancelled", "connection broken"])
 @pytest.mark.slow
-def test_a_lost_resident_stage_fits_again_with_stages(spark, monkeypatch, caplog, loss):
+def test_a_lost_resident_stage_fits_again_with_stages(spark, make_log, monkeypatch, caplog, loss):
     """After three passes the barrier job is cancelled (as a lost executor ends it), or a task's connection
     breaks: the driver notices, cancels what is left and the fit starts again with one Spark job per pass,
     with the same result."""
     model, M = get_model("pbm"), 5
-    log = Log(model, n_serps=300, M=M, seed=61)
+    log = make_log(model, n_serps=300, M=M, seed=61)
     packed = blocks.pack_serps(log.df(spark), max_rank=M)
     real_run, calls = resident.ResidentPasses.run, []
 
@@ -98,10 +98,10 @@ def test_a_lost_resident_stage_fits_again_with_stages(spark, monkeypatch, caplog
 
 
 @pytest.mark.slow
-def test_the_driver_ignores_a_connection_without_the_token(spark, monkeypatch):
+def test_the_driver_ignores_a_connection_without_the_token(spark, make_log, monkeypatch):
     """A stranger connecting to the driver's port while the tasks join is dropped; the fit goes on."""
     model, M = get_model("pbm"), 4
-    log = Log(model, n_serps=120, M=M, seed=71)
+    log = make_log(model, n_serps=120, M=M, seed=71)
     packed = blocks.pack_serps(log.df(spark), max_rank=M)
     real_accept, strangers = resident.ResidentPasses._accept, []
 
@@ -124,10 +124,10 @@ def test_the_driver_ignores_a_connection_without_the_token(spark, monkeypatch):
     assert fit_values(got) == fit_values(expected)
 
 
-def test_auto_engine_choice(spark, monkeypatch):
+def test_auto_engine_choice(spark, make_log, monkeypatch):
     """auto: resident for an iterative model when the cluster has slots; stages for a counting model or
     with no slot (dynamic allocation); an explicit resident request without a slot is an error."""
-    log = Log(get_model("pbm"), n_serps=60, M=3, seed=81)
+    log = make_log(get_model("pbm"), n_serps=60, M=3, seed=81)
     packed = blocks.pack_serps(log.df(spark), max_rank=3)
     try:
         assert blocks.cluster_slots(packed.blocks) == 2
@@ -160,13 +160,13 @@ def test_pass_plans_cross_the_socket_as_exact_json():
     assert resident.decode_plans(resident.encode_plans(None)) is None
 
 
-def test_end_returns_no_state_and_frees_the_stage(spark, monkeypatch):
+def test_end_returns_no_state_and_frees_the_stage(spark, make_log, monkeypatch):
     """`end` (a selection sample's passes): the barrier job completes, its rows carry no state or sums (18
     candidates' states of a DBN block are hundreds of MB: a 1g executor ran out of heap taking them in), and
     the checkpointed rows are released; `finish` after the same pass returns every block's state, and is
     refused on a stage of shared candidates (each task holds every block: no one state per block)."""
     model, M = get_model("dbn"), 4
-    log = Log(model, n_serps=200, M=M, seed=83)
+    log = make_log(model, n_serps=200, M=M, seed=83)
     packed = blocks.pack_serps(log.df(spark), max_rank=M)
     released = []
     real_release = resident.release

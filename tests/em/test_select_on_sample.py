@@ -13,18 +13,18 @@ from pyspark.sql import functions as F
 from clickeval_spark.em.blocks import pack_serps
 from clickeval_spark.em.driver import fit
 from clickeval_spark.models import get_model
-from tests.em.logs import Log, split_log
+from tests.em.logs import split_log
 
 M = 5
 OPTIONS = dict(iterations=12, tol=None, max_rank=M, k_grid=(1.0, 16.0))
 
 
 @pytest.fixture(scope="module")
-def fits(spark):
+def fits(spark, make_log):
     """UBM on 2,400 SERPs of 160 queries (a quarter held out), 4 blocks: candidates on the whole log, and on a
     sample of about 1,200 SERPs (2 blocks); and the sample's SERPs fitted alone."""
     model = get_model("ubm")
-    log = Log(model, n_serps=2400, M=M, seed=23, n_queries=160)
+    log = make_log(model, n_serps=2400, M=M, seed=23, n_queries=160)
     held = np.arange(len(log.rows)) % 4 == 0
     train_df, valid_df = split_log(spark, log, held)
     # the blocks' rule (blocks.pack_log), written out: a query's SERPs go to block xxhash64 mod 4; the sample's

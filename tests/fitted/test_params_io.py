@@ -14,20 +14,18 @@ from clickeval_spark.models import get_model
 from clickeval_spark.fitted.params_io import MODEL_PARAMS_SCHEMA, to_param_rows
 from clickeval_spark.fitted import FittedModel
 
-from tests.em.logs import Log, hand_fitted
-
 
 # ---------------------------------------------------------------------------
 # model_params round trip
 # ---------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_param_rows_round_trip(spark, warehouse):
+def test_param_rows_round_trip(spark, make_log, hand_fitted, warehouse):
     names = ["ubm", "ccm", "dbn", "gctr"]
     M = 5
     fits = {}
     for name in names:
-        log = Log(get_model(name), n_serps=40, M=M, seed=21, n_queries=3, pool=7)
+        log = make_log(get_model(name), n_serps=40, M=M, seed=21, n_queries=3, pool=7)
         fits[name] = (log,) + hand_fitted(spark, get_model(name), log, seed=22)
     rows = None
     for name in names:

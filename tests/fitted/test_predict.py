@@ -23,7 +23,7 @@ from clickeval_spark.fitted.attach import attach_qd
 from clickeval_spark.fitted import FittedModel
 
 from tests.models.numpy_em import gather
-from tests.em.logs import SERPS_SCHEMA, Log, hand_fitted, sorted_rows
+from tests.em.logs import SERPS_SCHEMA, sorted_rows
 
 
 # ---------------------------------------------------------------------------
@@ -78,9 +78,9 @@ def test_attach_qd_routes_agree(spark):
 
 
 @pytest.mark.slow
-def test_predict_and_sampling_same_on_both_routes(spark, monkeypatch):
+def test_predict_and_sampling_same_on_both_routes(spark, make_log, hand_fitted, monkeypatch):
     model = get_model("dbn")
-    log = Log(model, n_serps=80, M=5, seed=21, n_queries=4, pool=8)
+    log = make_log(model, n_serps=80, M=5, seed=21, n_queries=4, pool=8)
     fitted, _, _ = hand_fitted(spark, model, log, seed=3)
     df = log.df(spark)
     by_map = (predict_clicks(df, fitted), sorted_rows(sample_serps(df, fitted, k=2, seed=5)))
@@ -91,9 +91,9 @@ def test_predict_and_sampling_same_on_both_routes(spark, monkeypatch):
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_predict_matches_kernel(spark, name):
+def test_predict_matches_kernel(spark, make_log, hand_fitted, name):
     model = get_model(name)
-    log = Log(model, n_serps=60, M=6, seed=5, n_queries=4, pool=9, extra=3)
+    log = make_log(model, n_serps=60, M=6, seed=5, n_queries=4, pool=9, extra=3)
     fitted, full, known = hand_fitted(spark, model, log, seed=17)
     qd = gather(full, log.qd_index, log.mask)
     p_cond = model.cond_probs(qd, fitted.glob, log.clicks, log.mask)
@@ -132,8 +132,8 @@ def test_predict_unseen_pair_gets_prior(spark):
     assert_approx_df_equality(got, expected, 1e-15, ignore_nullable=True, ignore_row_order=True)
 
 
-def test_relevance_scores(spark):
-    log = Log(get_model("dbn"), n_serps=10, M=4, seed=1, n_queries=3, pool=6)
+def test_relevance_scores(spark, make_log, hand_fitted):
+    log = make_log(get_model("dbn"), n_serps=10, M=4, seed=1, n_queries=3, pool=6)
     fitted, full, known = hand_fitted(spark, get_model("dbn"), log, seed=2)
     expected = spark.createDataFrame(
         [(*log.pair_key(i), float(full["alpha"][i] * full["sigma"][i])) for i in known],
@@ -148,11 +148,11 @@ def test_relevance_scores(spark):
         relevance_scores(gctr)
 
 
-def test_models_predicted_together_match_each_kernel(spark):
+def test_models_predicted_together_match_each_kernel(spark, make_log, hand_fitted):
     """Several models through one wide qd table, one attach and one kernel pass: every model's rows are
     its own kernel's probabilities and scores, a pair another model knows but this one does not
     takes this model's prior, and the wide table built from model_params rows gives the same rows."""
-    log = Log(get_model("dbn"), n_serps=50, M=5, seed=11, n_queries=4, pool=8, extra=3)
+    log = make_log(get_model("dbn"), n_serps=50, M=5, seed=11, n_queries=4, pool=8, extra=3)
     parts = {name: hand_fitted(spark, get_model(name), log, seed=seed)
              for name, seed in (("pbm", 3), ("dbn", 4), ("ubm", 8), ("gctr", 5))}
     fitted = {name: f for name, (f, _, _) in parts.items()}

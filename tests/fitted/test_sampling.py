@@ -16,13 +16,13 @@ from clickeval_spark.hashing import seeded_uniform
 from clickeval_spark.fitted.sampling import sample_models, sample_serps
 
 from tests.models.numpy_em import gather
-from tests.em.logs import Log, hand_fitted, sorted_rows
+from tests.em.logs import sorted_rows
 
 
 @pytest.mark.slow
-def test_sampling_same_rows_on_any_partitioning(spark):
+def test_sampling_same_rows_on_any_partitioning(spark, make_log, hand_fitted):
     model = get_model("dbn")
-    log = Log(model, n_serps=150, M=6, seed=8, n_queries=5, pool=9)
+    log = make_log(model, n_serps=150, M=6, seed=8, n_queries=5, pool=9)
     fitted, _, _ = hand_fitted(spark, model, log, seed=4)
     df = log.df(spark)
     one = sample_serps(df.repartition(1), fitted, k=4, seed=123)
@@ -50,10 +50,10 @@ def test_sampling_same_rows_on_any_partitioning(spark):
     assert [r.serp_id for r in rows] == [r.serp_id for r in other]
 
 
-def test_sampling_follows_kernel_given_the_hashed_uniforms(spark):
+def test_sampling_follows_kernel_given_the_hashed_uniforms(spark, make_log, hand_fitted):
     """Two models sampled together (one attach, one pass): each model's clicks are its own kernel's on the
     shared uniforms, unseen pairs (which differ between the models) at each model's prior."""
-    log = Log(get_model("ubm"), n_serps=80, M=5, seed=9, n_queries=4, pool=8)
+    log = make_log(get_model("ubm"), n_serps=80, M=5, seed=9, n_queries=4, pool=8)
     parts = {name: hand_fitted(spark, get_model(name), log, seed=seed) for name, seed in (("ubm", 6), ("pbm", 7))}
     k, seed = 3, 99
     got = sample_models(log.df(spark), {name: f for name, (f, _, _) in parts.items()}, k=k, seed=seed)
@@ -81,9 +81,9 @@ def test_sampling_follows_kernel_given_the_hashed_uniforms(spark):
 
 
 @pytest.mark.parametrize("name", ["dbn", "cm"])
-def test_sampled_click_rates_match_click_probs(spark, name):
+def test_sampled_click_rates_match_click_probs(spark, make_log, hand_fitted, name):
     model = get_model(name)
-    log = Log(model, n_serps=40, M=6, seed=12, n_queries=4, pool=8)
+    log = make_log(model, n_serps=40, M=6, seed=12, n_queries=4, pool=8)
     fitted, full, _ = hand_fitted(spark, model, log, seed=13)
     k = 600
     samples = sample_serps(log.df(spark), fitted, k=k, seed=5)
@@ -104,9 +104,9 @@ def test_sampled_click_rates_match_click_probs(spark, name):
         assert samples.filter(F.aggregate("clicks", F.lit(0), lambda a, c: a + c) > 1).count() == 0
 
 
-def test_sampling_deterministic(spark):
+def test_sampling_deterministic(spark, make_log, hand_fitted):
     model = get_model("pbm")
-    log = Log(model, n_serps=50, M=5, seed=2, n_queries=3, pool=8)
+    log = make_log(model, n_serps=50, M=5, seed=2, n_queries=3, pool=8)
     fitted, full, _ = hand_fitted(spark, model, log, seed=3)
     got = sample_serps(log.df(spark), fitted, k=2, seed=1, deterministic=True).collect()
     expected = sample_clicks(model, gather(full, log.qd_index, log.mask), fitted.glob, log.mask,

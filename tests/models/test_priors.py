@@ -18,7 +18,7 @@ from clickeval_spark.models.priors import model_prior
 from clickeval_spark.em.blocks import pack_serps
 from clickeval_spark.em.driver import fit
 from tests.models.numpy_em import fit_numpy, gather
-from tests.em.logs import DCTR_ROWS, SERPS_SCHEMA, sparse_log, split_log
+from tests.em.logs import DCTR_ROWS, SERPS_SCHEMA, split_log
 
 @pytest.mark.parametrize("kind,k,expected,unseen", [
     # plain ratio: the never-clicked pair goes to 0
@@ -50,7 +50,7 @@ def test_pbm_pyclick_global_update_by_hand(spark):
 
 
 @pytest.mark.slow
-def test_auto_strength_is_the_best_valid_ll_of_independent_fits(spark):
+def test_auto_strength_is_the_best_valid_ll_of_independent_fits(spark, sparse_log):
     model = get_model("pbm")
     log = sparse_log(model)
     held = np.arange(len(log.rows)) % 4 == 0
@@ -103,7 +103,7 @@ def test_auto_strength_is_the_best_valid_ll_of_independent_fits(spark):
     assert auto.valid_ll > plain.valid_ll + 0.01, (auto.valid_ll, plain.valid_ll)
 
 
-def test_log_posterior_is_ll_plus_beta_log_density(spark):
+def test_log_posterior_is_ll_plus_beta_log_density(spark, sparse_log):
     model, k = get_model("dbn"), 3.0
     log = sparse_log(model, seed=9)
     fitted = fit(log.df(spark), model, iterations=3, tol=None, max_rank=log.M, prior=model_prior(model, log.M, "beta", k))
@@ -126,7 +126,7 @@ def test_log_posterior_is_ll_plus_beta_log_density(spark):
         assert fitted.log_posterior[it] == pytest.approx((hist[-1] + lp) / n, abs=1e-10)
 
 
-def test_prior_is_stored_with_the_parameters_and_read_back(spark):
+def test_prior_is_stored_with_the_parameters_and_read_back(spark, sparse_log):
     model = get_model("dbn")
     log = sparse_log(model, seed=2)
     prior = model_prior(model, log.M, "beta", 5.0, {"sigma": ("pyclick", 1.0), "gamma": ("pyclick", 1.0)})
@@ -187,7 +187,7 @@ def test_prior_config(tmp_path):
 
 @pytest.mark.parametrize("name", ["pbm", "ubm"])
 @pytest.mark.slow
-def test_pooled_means_are_fixed_after_the_warmup_and_em_then_converges(spark, name):
+def test_pooled_means_are_fixed_after_the_warmup_and_em_then_converges(spark, sparse_log, name):
     """m follows the pooled estimate for `prior_warmup` passes, then stays: every fitted number equals
     the numpy oracle with the same freeze, the log posterior never decreases from the freeze on (EM
     on one fixed objective), and tol stops the fit there. UBM's examination cells shrink per rank."""

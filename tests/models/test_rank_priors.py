@@ -13,7 +13,7 @@ from clickeval_spark.models.priors import EB_GRID, eb_strength, model_prior
 from clickeval_spark.em.blocks import pack_serps
 from clickeval_spark.em.candidates import Candidate, candidate_prior
 from clickeval_spark.em.driver import fit
-from tests.em.logs import DCTR_ROWS, SERPS_SCHEMA, sparse_log, split_log
+from tests.em.logs import DCTR_ROWS, SERPS_SCHEMA, split_log
 
 
 def _evidence(num, den, m, grid=EB_GRID):
@@ -76,7 +76,7 @@ def test_unseen_pairs_take_their_rank_mean_and_seen_pairs_can_shrink_toward_thei
     assert pooled.predict(new).first().p_click == pytest.approx([3 / 4, 0.0, 1 / 2], abs=1e-15)
 
 
-def test_eb_candidate_takes_each_familys_evidence_argmax_and_valid_chooses(spark):
+def test_eb_candidate_takes_each_familys_evidence_argmax_and_valid_chooses(spark, sparse_log):
     model = get_model("dctr")   # counting: the pairs' counts are their clicks and impressions, exactly
     log = sparse_log(model, seed=5)
     held = np.arange(len(log.rows)) % 4 == 0
