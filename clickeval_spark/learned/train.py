@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from clickeval_spark.fitted import FittedModel
-from clickeval_spark.learned.features import out_of_fold, pair_stats, positions, rank_rates, with_expected
+from clickeval_spark.learned.features import fold_sums, out_of_fold, pair_stats, positions, rank_rates, with_expected
 from clickeval_spark.models import get_model
 from clickeval_spark.models.lcm import FEATURES, QD_STATS, feature_matrix
 
@@ -104,16 +104,25 @@ def train_lcm(train: DataFrame, max_rank: int, options: LearnerOptions = Learner
     try:
         ctr, ctr0, n_rows = rank_rates(pos, M)
         expected = with_expected(pos, ctr, ctr0)
-        design = design_frame(out_of_fold(expected), M)
+        # the per-(pair, fold) sums, materialised once from the cached positions: the training rows' out-of-fold
+        # statistics and the per-pair table are both read from them (as many rows as (pair, fold)s)
+        sums = fold_sums(expected).localCheckpoint(eager=True)
+        design = design_frame(out_of_fold(expected, sums=sums), M)
+        # every L-BFGS iteration is a Spark job over the design's partitions: the join leaves
+        # spark.sql.shuffle.partitions of them, more tasks than cores on a small log (make run's 30 iterations
+        # 8.5 -> 4.5 s at 2 partitions instead of 8, benchmarks/RESULTS.md)
+        cores = train.sparkSession.sparkContext.defaultParallelism
+        if design.rdd.getNumPartitions() > cores:
+            design = design.coalesce(cores)
         lr = LogisticRegression(featuresCol="features", labelCol="label", family="binomial", fitIntercept=False,
                                 regParam=options.reg_param, elasticNetParam=0.0, maxIter=options.max_iter,
                                 tol=options.tol, standardization=True)
         model = lr.fit(design)
         summary = model.summary
         objective = float(summary.objectiveHistory[-1])
-        # the per-pair table, materialised on the executors from the cached positions: model_params takes a
-        # select of it per statistic and the valid LL attaches it, which would each recompute the positions
-        stats = pair_stats(expected).localCheckpoint(eager=True)
+        # the per-pair table, materialised: model_params takes a select of it per statistic and the valid LL
+        # attaches it, which would each recompute it
+        stats = pair_stats(expected, sums).localCheckpoint(eager=True)
     finally:
         pos.unpersist()
     coef = model.coefficients.toArray()
