@@ -1,5 +1,5 @@
 """`k: auto` on a large log: the candidates compete on a sample of whole queries, the chosen one fits the whole log
-(em.driver._select_on_sample, issue 36.4)."""
+(`em.driver.fit` with `EMOptions.select_serps`)."""
 
 from __future__ import annotations
 

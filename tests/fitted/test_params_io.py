@@ -32,7 +32,7 @@ def test_param_rows_round_trip(spark, make_log, hand_fitted, warehouse):
         for run in ("run-1", "run-2"):
             r = to_param_rows(fits[name][1], run)
             rows = r if rows is None else rows.unionByName(r)
-    assert rows.schema.simpleString() == T._parse_datatype_string(MODEL_PARAMS_SCHEMA).simpleString()
+    assert rows.schema.simpleString() == T.DataType.fromDDL(MODEL_PARAMS_SCHEMA).simpleString()
     # a stored table (Parquet: same types and nulls as the Delta table, a tenth of the test time)
     path = str(Path(warehouse) / "model_params")
     rows.write.mode("overwrite").parquet(path)
