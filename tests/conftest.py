@@ -92,7 +92,7 @@ _LONG_SCOPES = (
 # Test files that submit deploy/package.sh's artefacts to the standalone cluster (session fixtures of
 # tests/cluster/conftest.py: a minute to build, a minute to start): one xdist worker builds them once.
 _STANDALONE_FILES = frozenset({
-    "tests/cluster/test_airflow_daily.py", "tests/cluster/test_standalone_pipeline.py",
+    "tests/cluster/test_airflow_daily.py", "tests/cluster/test_artefacts.py",
     "tests/cluster/test_other_python_path.py",
 })
 

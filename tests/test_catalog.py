@@ -27,6 +27,7 @@ from clickeval_spark.context import StageContext
 from clickeval_spark.errors import ClickevalError
 from clickeval_spark.metrics.click_prediction import by_rank
 from clickeval_spark.stages import STAGES
+from jobs import pipeline as pipeline_job
 from jobs import sql as sql_job
 
 RUN = "cat-1"
@@ -178,7 +179,7 @@ def test_time_travel_on_the_temp_views_and_on_the_catalogs_tables(spark, tmp_pat
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Real clients: the pipeline registers its tables in a Hive metastore (embedded Derby); spark-sql and beeline
+# Real clients: a stage registers the pipeline's tables in a Hive metastore (embedded Derby); spark-sql and beeline
 # through the Thrift server, both from the pyspark wheel, get the rows `clickeval sql` prints.
 
 def _spark_home() -> Path:
@@ -249,23 +250,31 @@ def _free_port() -> int:
 def test_spark_sql_and_beeline_read_the_pipelines_tables_by_name(spark, tmp_path):
     spark.range(1).count()   # the session fixture has Ivy-resolved Delta's jars by now
     warehouse = tmp_path / "wh"
-    conf = tmp_path / "hive.yaml"
-    conf.write_text(yaml.safe_dump({
-        "env": "cat", "spark": {"mode": "embedded", "master": "local[2]", "warehouse": str(warehouse),
-                                "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
-                                         "spark.databricks.delta.snapshotPartitions": "2", **_hive_conf(tmp_path)}},
+    sections = {
         "ingest": {"dataset": "syn", "format": "synthetic",
-                   "synthetic": {"model": "pbm", "n_serps": 1500, "n_queries": 30, "seed": 3, "labels": "serp",
+                   "synthetic": {"model": "pbm", "n_serps": 600, "n_queries": 30, "seed": 3, "labels": "serp",
                                  "label_fraction": 0.3}},
         "fit": {"models": ["gctr", "pbm"], "iterations": 2},
         "evaluate": {"replicates": 20, "reference_model": None},
         "generate": {"samples": 1, "list_orders": ["original"]},
         "surrogate": {"model": "pbm", "iterations": 1},
         "report": {"path": str(tmp_path / "reports")},
-        "tables": {"catalog": {"database": "clickeval"}},
+    }
+    # the pipeline's tables, written by this test's session (no catalog: it is not Hive's) ...
+    local = tmp_path / "local.yaml"
+    local.write_text(yaml.safe_dump({"spark": {"warehouse": str(warehouse), "conf": {}}, **sections}))
+    assert pipeline_job.main(["--conf", str(local), "--run-id", "cat-run"]) == 0
+    # ... then registered by the report stage of a run with the Hive metastore as its catalog: a stage
+    # registers every table of the warehouse
+    conf = tmp_path / "hive.yaml"
+    conf.write_text(yaml.safe_dump({
+        "env": "cat", "spark": {"mode": "embedded", "master": "local[2]", "warehouse": str(warehouse),
+                                "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
+                                         "spark.databricks.delta.snapshotPartitions": "2", **_hive_conf(tmp_path)}},
+        **sections, "tables": {"catalog": {"database": "clickeval"}},
     }))
     clickeval = str(Path(sys.executable).parent / "clickeval")
-    _run([clickeval, "run", "--conf", str(conf), "--run-id", "cat-run"], tmp_path, quiet=True)
+    _run([clickeval, "report", "--conf", str(conf), "--run-id", "cat-run"], tmp_path, quiet=True)
 
     # one query over a table and the view, so each client starts once
     query = ("SELECT m.model, m.value, r.n, r.clicks FROM clickeval.metrics m JOIN (SELECT model, count(*) AS n, "

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from jobs import ingest as ingest_job
+
 ROOT = Path(__file__).resolve().parent.parent
 # what Spark, Ivy and the JVM print when they start (Ivy resolves Delta's jars in every embedded session)
 JVM_MARKERS = ("log4j", ":: loading settings", "Ivy Default Cache", "WARN", "WARNING:")
@@ -106,9 +108,11 @@ def test_an_error_is_one_line_naming_the_log_that_holds_the_jvm_output(tmp_path)
 
 
 @pytest.mark.slow
-def test_a_pipe_gets_one_info_line_per_fit_verbose_every_pass_and_a_terminal_bars(tmp_path):
+def test_a_pipe_gets_one_info_line_per_fit_verbose_every_pass_and_a_terminal_bars(spark, tmp_path):
     (tmp_path / "c.yaml").write_text(json.dumps(TINY))
-    assert _clickeval(tmp_path, "ingest", "--conf", "c.yaml", "--run-id", "tiny-1").returncode == 0
+    # the log, ingested by this test's session (what is checked is the fits' output, each its own process)
+    (tmp_path / "ingest.yaml").write_text(json.dumps({**TINY, "spark": {"warehouse": str(tmp_path / "wh"), "conf": {}}}))
+    assert ingest_job.main(["--conf", str(tmp_path / "ingest.yaml"), "--run-id", "tiny-1"]) == 0
     proc = _clickeval(tmp_path, "fit", "--conf", "c.yaml", "--run-id", "tiny-1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     err = proc.stderr.splitlines()

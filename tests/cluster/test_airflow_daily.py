@@ -8,9 +8,10 @@ deploy/package.sh's artefacts only (the PEX as driver's and executors' Python, t
 the conf). Each day's input is its own `dt=<day>` folder, named by `{log_date}` in the config; the
 tables are registered in a Hive metastore (embedded Derby) as the catalog. On day 3 the fit's
 spark-submit is SIGKILLed mid-run and Airflow's retry must complete the day without duplicate or
-partial rows. (That a rerun of any stage with the same run id leaves every table bit for bit as it
-was is tests/reliability/test_idempotence.py's: a whole day again here would cost seven more
-spark-submits for the same check.)
+partial rows. Every application has an executor on each of the cluster's two workers. (That a rerun
+of any stage with the same run id leaves every table bit for bit as it was is
+tests/reliability/test_idempotence.py's: a whole day again here would cost seven more spark-submits
+for the same check.)
 """
 
 from __future__ import annotations
@@ -208,6 +209,23 @@ def _kill_mid_fit(run_id: str, timeout: float = 600) -> str:
     raise TimeoutError(f"no fit spark-submit of {run_id} within {timeout:.0f}s")
 
 
+def _executors_on_both_workers(worker_dirs: list[Path], at_least: int) -> None:
+    """Every application the DAG submitted had an executor on each worker, tasks ran on every worker, and an
+    executor that ran a task had its own copy of the PEX (the killed attempt may have died before its
+    executors started)."""
+    apps = [{app.name: app for app in d.glob("app-*")} for d in worker_dirs]
+    both = set.intersection(*(set(a) for a in apps))
+    ran = [0] * len(apps)
+    for w, by_name in enumerate(apps):
+        for name in both:
+            executors = [e for e in by_name[name].iterdir() if e.is_dir()]   # more than one if one was replaced
+            busy = [e for e in executors if "Running task" in (e / "stderr").read_text(errors="replace")]
+            assert executors and all((e / "clickeval.pex").is_file() for e in busy), by_name[name]
+            ran[w] += bool(busy)
+    print(f"[airflow] applications with an executor on both workers: {len(both)}; with tasks run, per worker: {ran}")
+    assert len(both) >= at_least and all(ran), (len(both), ran)
+
+
 def _catalog_tables(metastore: Path, hive_warehouse: Path, root: Path) -> dict:
     """The catalog's tables, read by another Spark application from the same metastore."""
     code = f"""
@@ -251,6 +269,7 @@ def test_three_days_and_a_killed_fit(artefacts, standalone_cluster, tmp_path_fac
 
     dag_runs = runs.dag_runs()
     print(f"\n[airflow] {killed}")
+    _executors_on_both_workers(standalone_cluster.worker_dirs, len(DAYS) * len(STAGES))
     for day in DAYS:
         tasks = dag_runs[day]["tasks"]
         print(f"[airflow] {day} ({seconds[day]:.0f}s): dag run {dag_runs[day]['state']}; "

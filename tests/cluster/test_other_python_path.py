@@ -84,6 +84,8 @@ def test_ingest_on_a_worker_whose_python_is_elsewhere(artefacts, other_path_clus
     assert not Path(f"/proc/{worker.pid}/root{BUILD_PYTHON}/bin").exists()
 
     base = yaml.safe_load((artefacts / "conf" / "standalone-test.yaml").read_text())
+    # relative: the driver resolves it against its working directory, not the unpacked PEX its code runs from
+    assert base["spark"]["warehouse"] == "warehouse"
     conf = tmp_path / "other-python.yaml"
     conf.write_text(yaml.safe_dump({
         "env": "other-python", "spark": base["spark"],
