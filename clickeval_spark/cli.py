@@ -165,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ctx = StageContext(session_for(cfg, verb, log_file), cfg, warehouse_root(cfg), run_id)
         if log_file and os.path.exists(log_file):
             _library_logs_to(log_file)
-        with _project_logs_at(logging.DEBUG if args.verbose else None):
+        with project_logs_at(logging.DEBUG if args.verbose else None):
             if verb in STAGES or verb == "run":   # bars at a terminal; `sql` and `tables` print tables
                 with progress.session(verbose=args.verbose):
                     COMMANDS[verb](ctx, args)
@@ -187,7 +187,7 @@ PROJECT_LOGGERS = ("clickeval", "clickeval_spark")
 
 
 @contextmanager
-def _project_logs_at(level: int | None) -> Iterator[None]:
+def project_logs_at(level: int | None) -> Iterator[None]:
     """The project's loggers at ``level`` while the command runs (None: as they are, INFO from the root);
     not the root's, whose DEBUG would bring every library's (numba's, matplotlib's)."""
     loggers = [logging.getLogger(name) for name in PROJECT_LOGGERS]

@@ -194,7 +194,7 @@ def test_verbose_puts_the_project_loggers_at_debug_while_the_command_runs():
     assert not cli.build_parser().parse_args(["fit"]).verbose
     clickeval = logging.getLogger("clickeval")
     before = clickeval.level
-    with cli._project_logs_at(logging.DEBUG):
+    with cli.project_logs_at(logging.DEBUG):
         assert clickeval.isEnabledFor(logging.DEBUG)
         assert logging.getLogger("clickeval_spark.em.driver").isEnabledFor(logging.DEBUG)
         assert not logging.getLogger("numba").isEnabledFor(logging.DEBUG)   # not every library's

@@ -39,7 +39,7 @@ def _layouts(variant: str, extra: int) -> tuple[list[tuple[int, int]], str]:
     return [(count + extra, docs_at) for _, (count, docs_at) in allowed], expected
 
 
-def _json_list(field: Column, element_type: str) -> Column:
+def json_list(field: Column, element_type: str) -> Column:
     """The field parsed as a flat JSON list of `element_type`, or null when it is anything else.
 
     Spark's JSON parser stops after the first complete value ("[0,1]garbage" would give
@@ -53,7 +53,7 @@ def _json_list(field: Column, element_type: str) -> Column:
     return F.when(flat, F.from_json(field, f"array<{element_type}>"))
 
 
-def _parse(lines: DataFrame, dataset: str, variant: str, extra: int) -> DataFrame:
+def parse_lines(lines: DataFrame, dataset: str, variant: str, extra: int) -> DataFrame:
     """Fields, lists, positions and line numbers within the file split (`text_batches.parse_batches`, one
     Arrow pass) of `lines` (source, line, block_start, raw; line may be null); list fields outside the plain
     form are decoded here by Spark's JSON parser."""
@@ -71,7 +71,7 @@ def _parse(lines: DataFrame, dataset: str, variant: str, extra: int) -> DataFram
     parsed = batches.select(
         "source", "line", "block_start", F.col("raw").cast("string").alias("raw"), "utf8",
         F.lit(dataset).alias("dataset"), "session_id", "query_id", "n_fields", "docs_at",
-        *[F.when(F.col(f"{name}_text").isNotNull(), _json_list(F.col(f"{name}_text"), kind))
+        *[F.when(F.col(f"{name}_text").isNotNull(), json_list(F.col(f"{name}_text"), kind))
           .otherwise(F.col(name)).alias(name) for name, kind in lists],
         F.col("local_pos").alias("serp_pos"), "block_line",
     )
@@ -126,7 +126,7 @@ def read_serps(spark: SparkSession, paths: dict[str, str], dataset: str, variant
     for split, path in paths.items():
         lines = split_lines(spark, path).withColumn("line", F.lit(None).cast("long"))
         frames.append(
-            _parse(lines, dataset, variant, extra=0)
+            parse_lines(lines, dataset, variant, extra=0)
             .withColumn("split", F.lit(None if split == "all" else split).cast("string"))
         )
     parsed = frames[0]
@@ -193,7 +193,7 @@ def read_labels(spark: SparkSession, path: str, dataset: str, variant: str) -> D
     Labelled SERPs get ids "label:<session>-<position>", their own namespace, since
     label files are separate samples that may repeat sessions of the click log.
     """
-    parsed = _with_serp_ids(_parse(numbered_lines(spark, path), dataset, variant, extra=1))
+    parsed = _with_serp_ids(parse_lines(numbered_lines(spark, path), dataset, variant, extra=1))
     return to_parsed_labels(parsed.select(
         "source", "line", "raw", "parse_rule", "parse_reason", "dataset", "session_id", "query_id",
         F.concat(F.lit("label:"), F.col("serp_id")).alias("serp_id"),

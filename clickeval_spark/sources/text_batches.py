@@ -7,7 +7,7 @@ integers 0..999,999,999 written without sign or leading zero (`["d1", "d2"]`, `[
 clicks: integers only), with JSON blanks around them. For such a field Spark's JSON parser gives exactly the
 items between the quotes (a number as its digits), so the decoding here is the same by construction. Any
 other field (escapes, single quotes, floats, nesting, trailing text, a malformed list) comes back as its
-text, and the reader hands it to Spark's JSON parser (`per_query_text._json_list`): what is decoded, and
+text, and the reader hands it to Spark's JSON parser (`per_query_text.json_list`): what is decoded, and
 what is quarantined, does not depend on which path a field took.
 
 Positions: the records of one file split reach one task in file order, so a session's n-th record in the
@@ -78,7 +78,7 @@ class _Fields:
         return pc.take(self.flat, pa.array(np.where(present, self.starts + index, 0), mask=~present))
 
 
-class _SplitPositions:
+class SplitPositions:
     """Within the current file split (source, block start): the lines seen and each session's running count
     of records."""
 
@@ -121,7 +121,7 @@ def parse_batches(batches: Iterator[pa.RecordBatch], layouts: list[tuple[int, in
     its decoded list (null unless plain) and its text (null when plain or absent), then local_pos (the
     record's position in its session within the split) and block_line (its line number within the split).
     """
-    positions = _SplitPositions()
+    positions = SplitPositions()
     for batch in batches:
         raw, utf8 = batch.column("raw"), batch.column("utf8")
         fields = _Fields(pc.cast(pc.if_else(utf8, raw, pa.scalar(b"", pa.binary())), pa.string()))

@@ -13,7 +13,7 @@ from pyspark.sql import types as T
 from clickeval_spark.config import IngestConfig
 from clickeval_spark.sources import per_query_text
 from clickeval_spark.sources.files import WHITESPACE, WHITESPACE_CHARS, numbered_lines
-from clickeval_spark.sources.text_batches import _SplitPositions, parse_batches
+from clickeval_spark.sources.text_batches import SplitPositions, parse_batches
 from tests.sources.helpers import run, write
 
 # list fields: plain ones (decoded by the Arrow pass) and others (Spark's JSON parser, or unparseable)
@@ -51,7 +51,7 @@ def test_plain_fields_are_decoded_in_arrow_and_the_others_left_to_spark():
 
 
 def test_split_positions_run_on_across_batches_and_restart_with_the_next_split():
-    count = _SplitPositions()
+    count = SplitPositions()
     first = count.number(("f", 0), pa.array(["a", "b", "a", "c"]))
     second = count.number(("f", 0), pa.array(["b", "a", "a"]))
     other = count.number(("f", 100), pa.array(["a", "b"]))
@@ -63,11 +63,11 @@ def test_split_positions_run_on_across_batches_and_restart_with_the_next_split()
 def test_every_field_decodes_as_spark_json_parser_decodes_it(spark, tmp_path):
     fields = PLAIN + OTHER
     path = write(tmp_path / "t.txt", _lines(fields))
-    parsed = per_query_text._parse(numbered_lines(spark, path), "t", "graphcm", 0)
+    parsed = per_query_text.parse_lines(numbered_lines(spark, path), "t", "graphcm", 0)
     got = {r["line"]: (r["doc_ids"], r["vtypes"], r["clicks"]) for r in parsed.collect()}
     texts = spark.createDataFrame([(i + 1, f) for i, f in enumerate(fields)], "line long, f string")
-    by_spark = texts.select("line", per_query_text._json_list(F.col("f"), "string").alias("ids"),
-                            per_query_text._json_list(F.col("f"), "int").alias("ints"))
+    by_spark = texts.select("line", per_query_text.json_list(F.col("f"), "string").alias("ids"),
+                            per_query_text.json_list(F.col("f"), "int").alias("ints"))
     expected = {r["line"]: (r["ids"], r["ids"], r["ints"]) for r in by_spark.collect()}
     assert got == expected
     # the plain fields all decode; some of the others do too (Spark's JSON parser accepts single quotes)
