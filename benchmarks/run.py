@@ -13,7 +13,9 @@ warehouse under --workdir:
 - every stage timed, with the peak RSS of this process tree (driver, JVM, Python workers, sampled every
   0.2 s) while it ran: ingest (generate + validate + write serps and labels), fit (PBM, UBM and DBN with the
   package defaults: beta prior, `k: auto`, tol 1e-4, at most 50 passes; the train split packed into query
-  blocks once, identical SERPs folded: "packed rows / train SERPs" is what the fold left), predict (valid,
+  blocks once, identical SERPs folded: "packed rows / train SERPs" is what the fold left; at sizes up to
+  --lcm-max (1M) the learned model lcm after them, trained by Spark MLlib on the same train split, and each
+  model's share of the fit stage from its `runs` row), predict (valid,
   test), evaluate (every split: all N SERPs, 200 bootstrap replicates), generate (DBN, 7 samples, original +
   shuffled lists, test split) + surrogate (DCM, 5 passes);
 - at sizes up to --references-max (1M), ingest, predict and evaluate against a single-process reference of
@@ -57,7 +59,7 @@ from clickeval_spark.context import StageContext
 from clickeval_spark.metrics.evaluate import MetricOptions
 from clickeval_spark.stages import STAGES
 from clickeval_spark.config import PROJECT_ROOT, load_config
-from clickeval_spark.models import get_model
+from clickeval_spark.models import LEARNED, get_model
 from clickeval_spark.fitted import FittedModel
 from clickeval_spark.runtime import session_for
 
@@ -164,13 +166,36 @@ def distinct_rows(serps, M: int) -> int:
 PACKAGE_FIT = {"fit.prior": {"kind": "beta", "k": "auto"}, "fit.tol": 1e-4, "fit.iterations": 50}
 
 
+def fit_seconds(ctx: StageContext, fit_start: datetime, fit_s: float) -> tuple[dict[str, float], float]:
+    """Each model's seconds in the fit stage, from its `fit:<model>` runs row's start (a model's row opens as
+    its fit begins, so the next row's start ends it): EM models include their valid scoring, the learned model
+    its own timer (features, out-of-fold rows, L-BFGS, per-pair table, valid LL); the last model's time runs to
+    the stage's end (the model_params write) unless it is the learned one. And the seconds before the first
+    model (the EM models' shared pack of the train and valid SERPs)."""
+    rows = (ctx.this_run("runs").where(F.col("job").startswith("fit:"))
+            .select("job", "started_at", "details").orderBy("started_at").collect())
+    starts = [r["started_at"].replace(tzinfo=timezone.utc).timestamp() for r in rows]
+    end = fit_start.timestamp() + fit_s
+    out = {}
+    for i, r in enumerate(rows):
+        name = r["job"].split(":", 1)[1]
+        if name in LEARNED:
+            out[name] = float(json.loads(r["details"])["seconds"])
+        else:
+            out[name] = (starts[i + 1] if i + 1 < len(rows) else end) - starts[i]
+    return out, (starts[0] - fit_start.timestamp()) if starts else 0.0
+
+
 def run_size(spark, conf: str, n: int, workdir: Path, iterations: int, shuffle_width: float | None = None,
-             references: bool = True, em_reference: bool = False) -> dict:
+             references: bool = True, em_reference: bool = False, lcm: bool = False,
+             last_stage: str = "surrogate") -> dict:
     """Every stage on an n-SERP log, each timed with the peak RSS of this process tree while it ran.
 
     references: the ingest, predict and evaluate stages against their single-process references.
     em_reference: fit the plain MLE for ``iterations`` passes (conf/bench.yaml's fit) and time the numpy EM
     reference on the same SERPs; else the fit runs the package defaults (`PACKAGE_FIT`).
+    lcm: the learned model fitted too, after the EM models (its learner's defaults either way).
+    last_stage: the stages after it are not run (their columns print "-").
     """
     wh = str(workdir / (f"warehouse-{n}" if shuffle_width is None else f"warehouse-{n}-w{shuffle_width:g}"))
     overrides = {
@@ -181,6 +206,8 @@ def run_size(spark, conf: str, n: int, workdir: Path, iterations: int, shuffle_w
     }
     if shuffle_width is not None:
         overrides["ingest.synthetic.shuffle_width"] = shuffle_width
+    if lcm:
+        overrides["fit.models"] = [*[m for m in load_config(conf).fit.models if m != "lcm"], "lcm"]
     cfg = load_config(conf, overrides)
     run_id = f"bench-{n}"
     out: dict = {"n_serps": n, "stages": {}, "peak_rss_gb": {}, "fit": {}, "reference": {},
@@ -200,13 +227,22 @@ def run_size(spark, conf: str, n: int, workdir: Path, iterations: int, shuffle_w
     out["n_train"] = int(counts["serps_train"])
     if references:
         out["reference"]["ingest"] = ingest_against_reference(spark, conf, overrides, ctx, ref_dir)
+    fit_start = datetime.now(timezone.utc)
     histories = stage("fit")
+    out["fit_model_s"], out["fit_pack_s"] = fit_seconds(ctx, fit_start, out["stages"]["fit"])
+    print(f"size {n:,}: fit seconds per model " + ", ".join(f"{k} {v:.1f}" for k, v in out["fit_model_s"].items())
+          + f" (pack {out['fit_pack_s']:.1f})", flush=True)
+    if "lcm" in histories:
+        d = json.loads(ctx.this_run("runs").where(F.col("job") == "fit:lcm").first()["details"])
+        out["lcm"] = {k: d[k] for k in ("rows", "iterations", "train_objective", "valid_ll", "seconds")}
     out["n_rows"] = distinct_rows(ctx.serps(("train",)), cfg.fit.max_rank)
     params = tables.read_table(spark, wh, "model_params")
     if em_reference:
         pair, clicks, n_pairs = reference_arrays(spark, wh, cfg, cfg.fit.max_rank)
         out["n_pairs"] = n_pairs
     for name, hist in histories.items():
+        if name in LEARNED:   # not EM: no passes (its own row in `markdown`)
+            continue
         per_iter = [s for _, _, s in hist[1:]]
         spark_s = float(np.median(per_iter))
         row = {"spark_s_per_iter": spark_s, "spark_iter_s": per_iter, "passes": len(per_iter),
@@ -220,6 +256,8 @@ def run_size(spark, conf: str, n: int, workdir: Path, iterations: int, shuffle_w
         out["fit"][name] = row
     if em_reference:
         del pair, clicks
+    if last_stage == "fit":
+        return out
     stage("predict")
     if references:
         inputs = reference_inputs(ctx, params, ref_dir)
@@ -299,7 +337,9 @@ STAGE_NAMES = ("ingest", "fit", "predict", "evaluate", "generate", "surrogate")
 
 def markdown(results: list[dict], args, started: str, scale: list[dict] | None = None) -> str:
     width = "" if args.shuffle_width is None else f" --shuffle-width {args.shuffle_width:g}"
-    extra = (" --em-reference" if args.em_reference else "") + (f" --fit-scale {args.fit_scale}" if args.fit_scale else "")
+    extra = ((" --em-reference" if args.em_reference else "") + f" --lcm-max {args.lcm_max}"
+             + ("" if args.last_stage == "surrogate" else f" --last-stage {args.last_stage}")
+             + (f" --fit-scale {args.fit_scale}" if args.fit_scale else ""))
     lines = [f"Command: `.venv/bin/python -m benchmarks.run --sizes {args.sizes} --iterations {args.iterations}"
              f"{width} --references-max {args.references_max}{extra}`",
              f"Date: {started}; machine: {os.cpu_count()} cores, "
@@ -313,7 +353,7 @@ def markdown(results: list[dict], args, started: str, scale: list[dict] | None =
     for r in results:
         s, rss = r["stages"], r["peak_rss_gb"]
         lines.append(f"| {r['n_serps']:,} | {r['n_train']:,} | {r['n_rows'] / r['n_train']:.3f} | "
-                     + " | ".join(f"{s[k]:.1f} ({rss[k]:.1f})" for k in STAGE_NAMES)
+                     + " | ".join(f"{s[k]:.1f} ({rss[k]:.1f})" if k in s else "-" for k in STAGE_NAMES)
                      + f" | {sum(s.values()):.1f} |")
     if len(results) > 1:
         lines += ["", "Log-log slope of stage time against SERPs between consecutive sizes (1.0 = linear), and "
@@ -321,7 +361,7 @@ def markdown(results: list[dict], args, started: str, scale: list[dict] | None =
                   "| quantity | " + " | ".join(f"{a['n_serps']:,} → {b['n_serps']:,}"
                                               for a, b in zip(results, results[1:])) + " |",
                   "|---|" + "---|" * (len(results) - 1)]
-        quantities = [(k, lambda r, k=k: r["stages"][k]) for k in STAGE_NAMES]
+        quantities = [(k, lambda r, k=k: r["stages"][k]) for k in STAGE_NAMES if k in results[0]["stages"]]
         quantities.append(("all stages", lambda r: sum(r["stages"].values())))
         for label, get in quantities:
             cells = [f"{x:.2f} ({get(b) / get(a):.1f}x)" for x, a, b in
@@ -344,6 +384,20 @@ def markdown(results: list[dict], args, started: str, scale: list[dict] | None =
             lines.append(f"| {r['n_serps']:,} | {name} | {f['passes']} | {f['spark_s_per_iter']:.2f} "
                          f"| {f.get('numpy_s_per_iter', float('nan')):.2f} | {f.get('ratio', float('nan')):.2f} "
                          f"| {f.get('max_global_diff', float('nan')):.1e} |")
+    lcm_rows = [r for r in results if "lcm" in r]
+    if lcm_rows:
+        lines += ["", "The fit stage per model (each model's `fit:<model>` runs row: from its start to the next "
+                  "model's; lcm: its own timer, features to valid LL; pack: the EM models' shared pack before the "
+                  "first), and lcm against the EM models of the same run:", "",
+                  "| SERPs | pack s | " + " | ".join(f"{m} s" for m in lcm_rows[0]["fit_model_s"])
+                  + " | lcm / EM models together | lcm positions | lcm valid LL per position |",
+                  "|---|---|" + "---|" * len(lcm_rows[0]["fit_model_s"]) + "---|---|---|"]
+        for r in lcm_rows:
+            fm = r["fit_model_s"]
+            em = r["fit_pack_s"] + sum(v for k, v in fm.items() if k != "lcm")
+            lines.append(f"| {r['n_serps']:,} | {r['fit_pack_s']:.1f} | " + " | ".join(f"{v:.1f}" for v in fm.values())
+                         + f" | {fm['lcm'] / em:.2f} (EM with pack {em:.1f} s) | {r['lcm']['rows']:,} "
+                         f"| {r['lcm']['valid_ll']:.4f} |")
     for sc in scale or []:
         passes = sc["em_pass_s"]
         lines += ["", f"UBM fit to convergence (benchmarks.fit_scale, {sc['engine']} engine, shuffle_width "
@@ -366,6 +420,11 @@ def main(argv=None) -> int:
     ap.add_argument("--driver-memory", default="6g", help="spark.driver.memory of the benchmark's session")
     ap.add_argument("--references-max", type=int, default=1_000_000,
                     help="the single-process references run at sizes up to this many SERPs")
+    ap.add_argument("--lcm-max", type=int, default=1_000_000,
+                    help="the learned model lcm is fitted beside the EM models at sizes up to this many SERPs "
+                         "(0: never)")
+    ap.add_argument("--last-stage", choices=("fit", "surrogate"), default="surrogate",
+                    help="fit: stop each size after the fit stage (ingest and fit only)")
     ap.add_argument("--em-reference", action="store_true",
                     help="fit the plain MLE for --iterations passes and time the numpy EM reference beside it")
     ap.add_argument("--fit-scale", type=int, default=0, metavar="TRAIN_SERPS",
@@ -383,7 +442,8 @@ def main(argv=None) -> int:
         for n in (int(x) for x in args.sizes.split(",")):
             t = time.perf_counter()
             results.append(run_size(spark, args.conf, n, workdir, args.iterations, args.shuffle_width,
-                                    references=n <= args.references_max, em_reference=args.em_reference))
+                                    references=n <= args.references_max, em_reference=args.em_reference,
+                                    lcm=n <= args.lcm_max, last_stage=args.last_stage))
             print(f"size {n:,} done in {time.perf_counter() - t:.0f} s", flush=True)
             (workdir / "results.json").write_text(json.dumps(results, indent=1))
     finally:

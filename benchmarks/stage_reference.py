@@ -242,9 +242,11 @@ def predict(serps_path: str | Path, params: Params, out_dir: str | Path, M: int,
     if names:
         # every pair of the training log, and the shown pairs it never saw (scored from the prior)
         unseen = pc.unique(pc.filter(padded.keys, pa.array(~seen)))
+        extra = (params.glob,) if model.relevance_uses_globals else ()   # lcm's relevance needs its weights
         score = np.concatenate([
-            np.asarray(model.relevance({p: qd_table[p].to_numpy() for p in names}), dtype=np.float64).reshape(-1),
-            np.asarray(model.relevance({p: np.full(len(unseen), float(params.prior[p])) for p in names}),
+            np.asarray(model.relevance({p: qd_table[p].to_numpy() for p in names}, *extra),
+                       dtype=np.float64).reshape(-1),
+            np.asarray(model.relevance({p: np.full(len(unseen), float(params.prior[p])) for p in names}, *extra),
                        dtype=np.float64).reshape(-1)])
         pq.write_table(pa.table({"pair": pa.concat_arrays([known, unseen]), "score": score}),
                        out_dir / "scores.parquet")
