@@ -15,7 +15,6 @@ duplicate or partial rows. Every application has an executor on each of the clus
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import signal
@@ -31,6 +30,7 @@ from clickeval_spark.stages import STAGES
 from clickeval_spark.tables import read_table
 from tests.cluster.standalone import SHORT_LIVED_JVM, SPARK_HOME, processes, spark_env
 from tests.deploy import airflow_venv
+from tests.reliability.baseline import assert_same_tables, table_rows
 from tests.spark_settings import INTERPRETED
 
 pytestmark = pytest.mark.cluster
@@ -225,26 +225,11 @@ def _executors_on_both_workers(worker_dirs: list[Path], at_least: int) -> None:
     assert len(both) >= at_least and all(ran), (len(both), ran)
 
 
-def _rows(df) -> list[tuple]:
-    """A table's rows, sorted, floats to 12 significant digits (sums over partitions may reassociate)."""
-    def norm(v):
-        if isinstance(v, float):
-            return v if math.isnan(v) or v == 0 else float(f"{v:.12g}")
-        if isinstance(v, (list, tuple)):
-            return tuple(norm(x) for x in v)
-        if hasattr(v, "asDict"):
-            return tuple(sorted((k, norm(x)) for k, x in v.asDict().items()))
-        if isinstance(v, dict):
-            return tuple(sorted((k, norm(x)) for k, x in v.items()))
-        return v
-    return sorted((tuple(norm(v) for v in row) for row in df.collect()), key=repr)
-
-
-def _snapshot(spark, warehouse: str, run_id: str, day: str) -> dict[str, list[tuple]]:
-    """A day's rows of every table its run writes, and its slice of serps."""
-    snap = {name: _rows(read_table(spark, warehouse, name).where(F.col("run_id") == run_id).drop("run_id"))
-            for name in RUN_TABLES}
-    snap["serps"] = _rows(read_table(spark, warehouse, "serps").where(F.col("log_date") == day))
+def _snapshot(spark, warehouse: str, run_id: str, day: str) -> dict:
+    """A day's rows of every table its run writes, and its slice of serps (floats to 12 significant digits:
+    sums over partitions may reassociate)."""
+    snap = {name: table_rows(spark, warehouse, name, where=f"run_id = '{run_id}'", digits=12) for name in RUN_TABLES}
+    snap["serps"] = table_rows(spark, warehouse, "serps", where=f"log_date = '{day}'", digits=12)
     return snap
 
 
@@ -289,9 +274,9 @@ def test_three_days_a_rerun_and_a_killed_fit(artefacts, standalone_cluster, tmp_
     after = _snapshot(spark, str(warehouse), run_ids[DAYS[1]], DAYS[1])
     # the re-run of day 2 left every table's rows as they were
     print(f"\n[airflow] {DAYS[1]} rows before and after its re-run ({seconds[f'{DAYS[1]} again']:.0f}s): "
-          + ", ".join(f"{k} {len(before[k])}/{len(after[k])}" for k in before))
-    assert {k: len(v) for k, v in after.items()} == {k: len(v) for k, v in before.items()}
-    assert after == before
+          + ", ".join(f"{k} {before[k].total()}/{after[k].total()}" for k in before))
+    assert all(before.values())
+    assert_same_tables(before, after, f"{DAYS[1]} re-run")
 
     t0 = time.monotonic()
     day3 = runs.start_day(DAYS[2])
