@@ -6,23 +6,30 @@ from __future__ import annotations
 import base64
 import io
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")  # no display on executors, CI or servers
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from clickeval_spark.metrics.distributional import A_ON_B, B_ON_A, CROSS_FITTED, IN_SAMPLE, REAL_LOG  # noqa: E402
-from clickeval_spark.sources.synthetic import TRUTH_MODEL  # noqa: E402
+from clickeval_spark.metrics.distributional import A_ON_B, B_ON_A, CROSS_FITTED, IN_SAMPLE, REAL_LOG
+from clickeval_spark.sources.synthetic import TRUTH_MODEL
 
 ORDER_MARKERS = {"original": "o", "shuffled_all": "s", "shuffled_halves": "^"}
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, imported when a figure is drawn: every stage's driver imports
+    this module (through the CLI), and only the report draws; the import is most of a second of CPU."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on executors, CI or servers
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def inline_png(fig) -> str:
     """The figure as an <img> tag with the PNG inline (a data URI), closed after."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    pyplot().close(fig)
     return f'<img alt="" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
 
 
@@ -35,7 +42,7 @@ def metric_row(rows: list[dict], model: str, split: str, metric: str, cutoff: in
 
 
 def ppl_by_rank_figure(rows: list[dict], models: list[str], split: str) -> str:
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    fig, axes = pyplot().subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, metric, title in ((axes[0], "PPL", "PPL@rank (p_click, unconditional)"),
                               (axes[1], "PPL_cond", "PPL@rank (p_click_cond, conditional)")):
         for model in models:
@@ -64,7 +71,7 @@ def ndcg_figure(rows: list[dict], models: list[str], split: str, cutoffs: list[i
     ranked = [m for m in models if metric_row(rows, m, split, "NDCG", cutoffs[0])]
     if not ranked:
         return None
-    fig, ax = plt.subplots(figsize=(11, 4))
+    fig, ax = pyplot().subplots(figsize=(11, 4))
     width = 0.8 / len(cutoffs)
     x = np.arange(len(ranked))
     for i, k in enumerate(cutoffs):
@@ -97,6 +104,7 @@ def coverage_plot(dist: list[dict]):
     points = [d for d in dist if d["generator_model"] != REAL_LOG and d["reverse_ppl"] and d["forward_ppl"]]
     if not points:
         return None
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 6))
     generators = sorted({d["generator_model"] for d in points})
     colours = {g: plt.cm.tab10(i % 10) for i, g in enumerate(generators)}

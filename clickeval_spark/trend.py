@@ -14,16 +14,11 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from typing import Iterable, Mapping, Sequence
 
-import matplotlib
+from pyspark.sql import functions as F
 
-matplotlib.use("Agg")  # no display on servers or CI
-import matplotlib.dates as mdates  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-
-from clickeval_spark.context import StageContext  # noqa: E402
-from clickeval_spark.report_figures import inline_png  # noqa: E402
-from clickeval_spark.report_html import STYLE  # noqa: E402
+from clickeval_spark.context import StageContext
+from clickeval_spark.report_figures import inline_png, pyplot
+from clickeval_spark.report_html import STYLE
 
 # (metric, cutoff, label) of each panel, in panel order; NDCG@10's panel is left out when a model has none
 PANELS = (("LL", None, "LL"), ("PPL", None, "PPL"), ("NDCG", 10, "NDCG@10"))
@@ -142,8 +137,10 @@ def trend_series(metric_rows: Iterable[Mapping], run_rows: Iterable[Mapping], sp
 def trend_figure(model: str, panels: Mapping[str, list[Point]], missing_days: Sequence[date] = ()) -> str:
     """One model's panels side by side (LL, PPL, NDCG@10 when present): value per window end, its 95%
     interval as a bar, shifted days in red, days without a run as dotted lines. An <img> with the PNG inlined."""
+    from matplotlib import dates as mdates
+
     labels = [label for _, _, label in PANELS if panels.get(label)]
-    fig, axes = plt.subplots(1, len(labels), figsize=(4.2 * len(labels), 3.4), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(labels), figsize=(4.2 * len(labels), 3.4), squeeze=False)
     for ax, label in zip(axes[0], labels):
         points = panels[label]
         x = [p.window_end for p in points]

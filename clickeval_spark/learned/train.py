@@ -16,8 +16,6 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-from pyspark.ml.classification import LogisticRegression
-from pyspark.ml.functions import array_to_vector
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -77,6 +75,8 @@ def _design_fn(M: int):
 def design_frame(oof: DataFrame, M: int) -> DataFrame:
     """label, features (an MLlib vector) of every out-of-fold training row; the feature transform is the
     kernel's own (`feature_matrix`), run in a vectorised Arrow pass."""
+    from pyspark.ml.functions import array_to_vector   # pyspark.ml imports pandas: a second only lcm's fit needs
+
     return (oof.select("rank", "click", "n_above", "last_click", *QD_STATS)
             .mapInArrow(_design_fn(M), FEATURE_SCHEMA)
             .select("label", array_to_vector("features").alias("features")))
@@ -98,6 +98,8 @@ def train_lcm(train: DataFrame, max_rank: int, options: LearnerOptions = Learner
 
     The fitted qd table holds every training pair's statistics over the whole split (what predict, sample and
     relevance attach); the weights are the kernel's globals. Nothing per row or pair reaches the driver."""
+    from pyspark.ml.classification import LogisticRegression   # as in design_frame
+
     t0 = time.perf_counter()
     M = int(max_rank)
     pos = positions(train, M, options.seed, options.folds).persist()
