@@ -57,8 +57,8 @@ def test_stages_before_their_inputs_exist(spark, tmp_path, warehouse, capsys):
 @pytest.mark.parametrize("setting,message", [
     ("fit.iterations=0", "fit.iterations: must be >= 1, got 0"),
     ("fit.engine=fast", "fit.engine: 'fast' is not allowed; allowed: ['auto', 'stages', 'resident']"),
-    ("fit.iteratons=3", "fit.iteratons: unknown key; allowed keys: ['checkpoint_interval', 'engine', 'iterations', "
-                        "'max_rank', 'model_priors', 'models', 'prior', 'tol']"),
+    ("fit.iteratons=3", "fit.iteratons: unknown key; allowed keys: ['checkpoint_interval', 'converge', 'engine', "
+                        "'iterations', 'max_rank', 'model_priors', 'models', 'prior', 'tol']"),
     ("report.path=[a]", "report.path: expected a string, got ['a']"),
     ("ingest.log_date='2026-02-30'", "ingest.log_date: expected a date YYYY-MM-DD, got '2026-02-30'"),
 ])

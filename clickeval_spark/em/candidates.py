@@ -40,6 +40,9 @@ class Candidate:
     done: int = 0
     pending_secs: float = 0.0   # wall time of the pass that produced the current parameters
     choice: float | Strength | None = None   # the grid entry this candidate stands for
+    per_position: float = 1.0   # training SERPs per training position (a per-SERP LL step times this: per position)
+    chosen_at: tuple[float, int] | None = None   # (valid LL, passes) when valid chose it and it went on
+    stop: dict = field(default_factory=dict)   # how its passes ended (`driver._run`), for the fit's record
 
     @property
     def label(self) -> str:
@@ -74,6 +77,8 @@ class Candidate:
         """The history entry of the parameters a pass scored (iteration ``it``)."""
         opts, model = ctx.opts, ctx.model
         ll = float(sums["ll"][0]) / n_serps
+        if sums["n_pos"][0] > 0:
+            self.per_position = n_serps / float(sums["n_pos"][0])
         lp_glob = sum(log_prior(self.g[name], f.k, self.g_means[name]) for name, f in self.prior.glob.items()
                       if f.k > 0 and name in self.g_means)
         self.history.append((it, ll, self.pending_secs))
@@ -92,8 +97,11 @@ class Candidate:
         valid_before = self.valid_ll
         self.record(it - 1, sums, n_serps, ctx)
         post, tol = self.posterior, opts.tol
-        converged = (tol is not None and self.compare_from is not None
-                     and len(post) >= 2 + self.compare_from and abs(post[-1] - post[-2]) < tol)
+        if self.chosen_at is None:   # among the candidates: today's rule, on the log posterior per SERP
+            converged = (tol is not None and self.compare_from is not None
+                         and len(post) >= 2 + self.compare_from and abs(post[-1] - post[-2]) < tol)
+        else:   # the chosen one going on (`driver._run`): on the training LL it may still gain
+            converged = opts.converge is not None and self.remaining_gain() < opts.converge
         if self.compare_from is None and (it > opts.prior_warmup or self.valid_ll < valid_before):
             # this pass's update reuses the m that produced the parameters just scored
             self.compare_from = len(post) - 1
@@ -110,11 +118,21 @@ class Candidate:
         self.unseen = {p: float(means[j]) for j, p in enumerate(model.qd_params)}
         self.unseen_by_rank = {p: by_rank[j].tolist() for j, p in enumerate(model.qd_params)}
         self.done, self.pending_secs = it, secs
-        if converged:
+        if converged and self.chosen_at is not None:
+            log.debug("%s %s converged: training LL still to gain about %.2e < %g per position", model.name,
+                      self.label, self.remaining_gain(), opts.converge)
+            self.active = False
+        elif converged:
             log.debug("%s %s converged: |d log posterior| < %g per SERP", model.name, self.label, tol)
             self.active = False
         elif not model.iterative and not self.prior.eb:   # counted; only eb candidates count again
             self.active = False
+
+    def remaining_gain(self) -> float:
+        """`remaining_gain` of this candidate's training LL under its final prior (inf while m still moves)."""
+        if self.compare_from is None:
+            return math.inf
+        return remaining_gain([h[1] for h in self.history[self.compare_from:]], self.per_position)
 
     def eb_update(self, model: ClickModel, M: int, sums: dict[str, np.ndarray]) -> None:
         """An empirical Bayes candidate's strengths from this pass's counts: each qd family's from its pairs'
@@ -135,7 +153,7 @@ class Candidate:
                held_out_ppl: tuple[np.ndarray, np.ndarray] | None) -> FittedModel:
         """This candidate as the fit's result; ``prior`` is the fit's (before candidates resolved it)."""
         strengths = Strength.EB.value if self.choice == Strength.EB else "grid" if prior.auto else "fixed"
-        spec = {"kind": prior.kind, "strengths": strengths,
+        spec = {"kind": prior.kind, "strengths": strengths, **({"stop": self.stop} if self.stop else {}),
                 "seen_means": self.prior.seen_means[0],
                 "families": {**{p: {"k": f.k, "m": self.unseen[p], "pooled": f.m is None,
                                     "m_by_rank": self.unseen_by_rank.get(p)}
@@ -148,6 +166,28 @@ class Candidate:
                            selection=selection, log_posterior=self.posterior,
                            valid_ll=None if math.isnan(self.valid_ll) else self.valid_ll,
                            held_out_ppl=held_out_ppl)
+
+
+#: `remaining_gain`: the steps whose ratio gives the rate, and the rate of a step that is not a rise
+GAIN_SPAN, FALLBACK_RATE = 3, 0.99
+
+
+def remaining_gain(ll: list[float], per_position: float, span: int = GAIN_SPAN) -> float:
+    """The training LL (nats per position) EM may still gain after the last entry of ``ll`` (per SERP, one entry
+    a pass, one prior), if its steps go on shrinking geometrically: d r / (1 - r), d the last step, r the rate
+    over the last ``span`` steps, (d / d_span)^(1/span). EM converges linearly, so this is the tail of its
+    steps; a step that is not a rise (a prior's LL may fall as the posterior rises), or a step ``span``
+    back that was not one, counts at r = FALLBACK_RATE (99 |d|); inf while there are fewer than span + 1
+    steps or if r >= 1.
+
+    Why the LL and not the log posterior: on the dense log of benchmarks/stop_rule.py the log posterior per
+    SERP still rose at a rate of 0.993-0.997 a pass after 100 passes, when the LL had long settled within
+    1e-5 per position; and the LL is what the fit is scored by."""
+    if len(ll) < span + 2:
+        return math.inf
+    d, back = (ll[-1] - ll[-2]) * per_position, (ll[-1 - span] - ll[-2 - span]) * per_position
+    r = (d / back) ** (1.0 / span) if d > 0 and back > 0 else FALLBACK_RATE
+    return math.inf if r >= 1 else abs(d) * r / (1 - r)
 
 
 def candidate_prior(prior: ModelPrior, k: float | Strength | None) -> ModelPrior:

@@ -211,24 +211,80 @@ def _fit(packed: PackedLog, ctx: FitContext) -> tuple[list[FittedModel], list[st
 
 
 def _run(packed: PackedLog, ctx: FitContext, cands: list[Candidate], passes: Passes,
-         phase: str = "") -> list[dict[str, np.ndarray] | None]:
-    """Every pass of ``cands`` until none is active (or ``ctx.n_passes``), then the scoring pass: its sums."""
-    for it in range(1, ctx.n_passes + 1):
+         phase: str = "", go_on: bool = True) -> list[dict[str, np.ndarray] | None]:
+    """Every pass of ``cands`` until none is active (or ``ctx.n_passes``), then the scoring pass: its sums.
+
+    Then, with ``go_on`` (not on a selection sample: only its choice is wanted), ``opts.tol`` and
+    ``opts.converge``, each group's chosen candidate (`_chosen`, by the valid LL of that scoring pass: the
+    choice is the one the candidates' own stop gives) goes on alone until the training LL it may still gain
+    (`Candidate.remaining_gain`) is below ``opts.converge`` per position, or it has made
+    ``opts.converge_iterations`` passes; then its own scoring pass. A pass after a scoring pass is the one
+    that would have come without it (the scoring pass's M-step is the next pass's, and repeating it on the
+    same sums gives the same values), so the chosen fit is exact EM's path, only longer. Every candidate's
+    `Candidate.stop` records how its passes ended.
+    """
+    opts = ctx.opts
+    final = _passes(packed, ctx, cands, passes, ctx.n_passes, phase)
+    settled = "counted" if not ctx.model.iterative else "tol" if opts.tol is not None else "fixed passes"
+    for c in cands:
+        c.stop = {"rule": settled if settled != "tol" or c.done < ctx.n_passes else "cap",
+                  "tol": opts.tol, "tol_passes": c.done, "passes": c.done}
+    if not (go_on and ctx.model.iterative and opts.tol is not None and opts.converge is not None):
+        return final
+    going = []
+    for g in range(len(packed.groups)):
+        mine, slot = _chosen(cands, g)
+        c = cands[mine[slot]]
+        c.chosen_at = (c.valid_ll, c.done)
+        c.stop.update(converge=opts.converge, cap=opts.converge_iterations, gain=c.remaining_gain())
+        if c.stop["gain"] < opts.converge:
+            c.stop["rule"] = "converged"
+        elif c.done >= opts.converge_iterations:
+            c.stop["rule"] = "cap"
+        else:
+            going.append(c)
+    if not going:
+        return final
+    for c in cands:
+        c.active = any(c is x for x in going)
+    for c in going:   # the scoring pass's entry: the next pass scores the same parameters again
+        c.history.pop()
+        c.posterior.pop()
+    on = [i for i, c in enumerate(cands) if c.active]
+    again = _passes(packed, ctx, cands, passes, opts.converge_iterations, phase + ("; " if phase else "") + "converge")
+    for i in on:
+        c = cands[i]
+        final[i] = again[i]
+        c.stop.update(rule="converged" if c.done < opts.converge_iterations else "cap", passes=c.done,
+                      gain=c.remaining_gain())
+        ctx.log.debug("%s %s went on to %d passes: training LL still to gain about %.2e per position (%s)",
+                      ctx.model.name, c.label, c.done, c.stop["gain"], c.stop["rule"])
+    return final
+
+
+def _passes(packed: PackedLog, ctx: FitContext, cands: list[Candidate], passes: Passes, cap: int,
+            phase: str) -> list[dict[str, np.ndarray] | None]:
+    """Passes of the active candidates until none is active or each has made ``cap`` passes, then the scoring
+    pass of those that were active: its sums (None for the others)."""
+    scored = [c.active for c in cands]
+    while any(c.active for c in cands):
         t0 = time.perf_counter()
         all_sums = passes.run([c.plan(ctx.opts) for c in cands])
         secs = time.perf_counter() - t0
         for c, sums in zip(cands, all_sums):
             if sums is not None:
-                c.advance(it, sums, secs, packed.groups[c.group].n_serps, ctx)
+                c.advance(c.done + 1, sums, secs, packed.groups[c.group].n_serps, ctx)
+                if c.done >= cap:
+                    c.active = False
         if ctx.on_pass is not None:
-            ctx.on_pass(it, ctx.n_passes, phase)
-        if not any(c.active for c in cands):
-            break
+            ctx.on_pass(max(c.done for c in cands), cap, phase)
     t0 = time.perf_counter()
-    final = passes.run([c.plan(ctx.opts, final=True) for c in cands])
-    ctx.log.debug("%s final pass: %.2f s", ctx.model.name, time.perf_counter() - t0)
-    for c, sums in zip(cands, final):
-        c.record(c.done, sums, packed.groups[c.group].n_serps, ctx)
+    final = passes.run([c.plan(ctx.opts, final=on) for c, on in zip(cands, scored)])   # the others hold
+    ctx.log.debug("%s final pass%s: %.2f s", ctx.model.name, f" ({phase})" if phase else "",
+                  time.perf_counter() - t0)
+    for c, sums, on in zip(cands, final, scored):
+        if on:
+            c.record(c.done, sums, packed.groups[c.group].n_serps, ctx)
     return final
 
 
@@ -255,7 +311,7 @@ def _select_on_sample(packed: PackedLog, ctx: FitContext, cands: list[Candidate]
     passes = None
     try:
         passes = ctx.engine(sample, shared=len(cands))
-        _run(sample, ctx, cands, passes, "sample")
+        _run(sample, ctx, cands, passes, "sample", go_on=False)
         passes.end()   # the stage ends as a fit's does, not cancelled (its tasks would log a lost socket)
     finally:
         if passes is not None:
@@ -278,6 +334,9 @@ def _set_start(c: Candidate, pooled: bool) -> None:
 def _chosen(cands: list[Candidate], g: int) -> tuple[list[int], int]:
     """Group g's candidates (indices) and the slot of the one with the best valid LL (the first on a tie)."""
     mine = [i for i, c in enumerate(cands) if c.group == g]
+    went_on = [j for j, i in enumerate(mine) if cands[i].chosen_at is not None]
+    if went_on:   # chosen before it went on (`_run`): its valid LL has moved since, the others' have not
+        return mine, went_on[0]
     slot = max(range(len(mine)), key=lambda j: (cands[mine[j]].valid_ll if len(mine) > 1 else 0.0, -j))
     return mine, slot
 
@@ -287,9 +346,11 @@ def _selection(cands: list[Candidate], mine: list[int], slot: int, grid: list, n
     """What the valid split chose among a group's candidates (None: there was one)."""
     if len(mine) < 2:
         return None
+    # each candidate's valid LL and passes when valid chose (the chosen one may have gone on since: `_run`)
+    at = [cands[i].chosen_at or (cands[i].valid_ll, cands[i].done) for i in mine]
     log.debug("%s prior strength by valid LL per position: %s -> %s", model.name,
-              ", ".join(f"{cands[i].label}: {cands[i].valid_ll:.6f}" for i in mine), cands[mine[slot]].label)
-    return {"grid": [{"k": k, "seen_means": v, "valid_ll": cands[i].valid_ll, "iterations": cands[i].done,
+              ", ".join(f"{cands[i].label}: {ll:.6f}" for i, (ll, _) in zip(mine, at)), cands[mine[slot]].label)
+    return {"grid": [{"k": k, "seen_means": v, "valid_ll": ll, "iterations": done,
                       **({"strengths": cands[i].strengths()} if k == Strength.EB else {})}
-                     for (k, v), i in zip(grid, mine)],
+                     for (k, v), i, (ll, done) in zip(grid, mine, at)],
             "chosen_k": grid[slot][0], "chosen_seen_means": grid[slot][1], "n_valid_serps": n_valid}

@@ -19,7 +19,12 @@ class EMOptions:
     """How a fit runs (DESIGN's fit stage; README "How a fit runs").
 
     iterations: the cap on EM passes (a counting model makes one, or two for empirical Bayes).
-    tol: stop a candidate once its log posterior per training SERP moves by less than this; None: never.
+    tol: stop a candidate once its log posterior per training SERP moves by less than this; None: never (a fit
+        then makes exactly ``iterations`` passes, and ``converge`` does not apply).
+    converge: after the candidates stopped by ``tol`` (and valid chose one), the chosen fit goes on until the
+        training LL it may still gain (`candidates.remaining_gain`) is below this, in nats per training position;
+        None: it stops with the candidates.
+    converge_iterations: the cap on the chosen fit's passes while it goes on.
     prior: the resolved Beta priors (`priors.model_prior`); None: the model's default (beta, k auto).
     k_grid: the shared strengths `k: auto` tries, beside empirical Bayes.
     prior_warmup: at most this many passes pooled prior means follow the fit.
@@ -35,6 +40,8 @@ class EMOptions:
 
     iterations: int = _FIT.iterations
     tol: float | None = _FIT.tol
+    converge: float | None = _FIT.converge.gain
+    converge_iterations: int = _FIT.converge.iterations
     prior: ModelPrior | None = None
     k_grid: Sequence[float] = _FIT.prior.grid
     prior_warmup: int = _FIT.prior.warmup
@@ -50,8 +57,8 @@ class EMOptions:
             object.__setattr__(self, "engine", Engine(self.engine))
         except ValueError:
             raise ValueError(f"engine must be one of {[e.value for e in Engine]}, got {self.engine!r}") from None
-        if self.iterations < 1:
-            raise ValueError("iterations must be >= 1")
+        if self.iterations < 1 or self.converge_iterations < 1:
+            raise ValueError("iterations and converge_iterations must be >= 1")
         if self.checkpoint_interval < 1:
             raise ValueError("checkpoint_interval must be >= 1")
         if self.prior_warmup < 1:
@@ -65,6 +72,7 @@ class EMOptions:
         kind, k, families = fit.prior_overrides(model.name)
         prior = model_prior(model, max_rank, kind, k, families, rank_means=fit.prior.rank_means,
                             seen_means=fit.prior.seen_means)
-        return cls(iterations=fit.iterations, tol=fit.tol, prior=prior, k_grid=fit.prior.grid,
+        return cls(iterations=fit.iterations, tol=fit.tol, converge=fit.converge.gain,
+                   converge_iterations=fit.converge.iterations, prior=prior, k_grid=fit.prior.grid,
                    prior_warmup=fit.prior.warmup, checkpoint_interval=fit.checkpoint_interval, engine=fit.engine,
                    select_serps=fit.prior.select_serps)

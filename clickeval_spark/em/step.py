@@ -242,7 +242,8 @@ def em_block(model: ClickModel, block: BlockArrays, state: np.ndarray | None, pl
                 qd_den[j] = block.impressions
                 rank_den[j] = block.rank_impressions
     new_state = np.stack([values, qd_num, qd_den])
-    parts = [np.array([ll, float(weight[:n_train].sum()), ll_valid, block.n_valid if held_out else 0.0, lp]),
+    parts = [np.array([ll, float(weight[:n_train].sum()), ll_valid, block.n_valid if held_out else 0.0, lp,
+                       float(block.rank_impressions.sum())]),
              ppl_n, ppl_ln]
     parts += [np.array([qd_num[j].sum(), qd_den[j].sum()]) for j in range(P)]
     parts += [np.concatenate([rank_num[j], rank_den[j]]) for j in range(P)]

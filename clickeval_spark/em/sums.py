@@ -20,7 +20,8 @@ def stats_layout(model: ClickModel, M: int) -> list[tuple[str, int]]:
     ll: summed per-SERP log-likelihood of the training SERPs under the pass's
     parameters; n: their count; ll_valid / n_valid: summed log-likelihood and
     position count of the held-out (valid) SERPs; lp: log prior density of the
-    block's qd values; ppl_n / ppl_ln: per rank, the held-out SERPs reaching it and
+    block's qd values; n_pos: the training SERPs' positions (the stopping rule's
+    per-position scale, `candidates.remaining_gain`); ppl_n / ppl_ln: per rank, the held-out SERPs reaching it and
     their summed ln P(observed click) under the unconditional click probability
     (perplexity's terms; only in a pass given ``ppl_eps``); pool_<p>: pooled
     (num, den) of qd parameter p; rank_<p>: the same by rank (num..., den...: the
@@ -28,7 +29,8 @@ def stats_layout(model: ClickModel, M: int) -> list[tuple[str, int]]:
     `priors.EB_GRID` (only in a pass asked for it); <global>: (num..., den...) of each global
     parameter, flattened.
     """
-    layout = [("ll", 1), ("n", 1), ("ll_valid", 1), ("n_valid", 1), ("lp", 1), ("ppl_n", M), ("ppl_ln", M)]
+    layout = [("ll", 1), ("n", 1), ("ll_valid", 1), ("n_valid", 1), ("lp", 1), ("n_pos", 1),
+              ("ppl_n", M), ("ppl_ln", M)]
     layout += [(f"pool_{p}", 2) for p in model.qd_params]
     layout += [(f"rank_{p}", 2 * M) for p in model.qd_params]
     layout += [(f"eb_{p}", len(EB_GRID)) for p in model.qd_params]
