@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster.class_data import shared_archive
 from tests.cluster.standalone import REPO, StandaloneCluster, running
 
 
@@ -38,11 +39,20 @@ def artefacts(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def standalone_cluster(tmp_path_factory):
+def standalone_cluster(tmp_path_factory, class_data_archive):
     """One master and two one-core workers, each with its own work dir; stopped (and checked gone) at the end."""
-    cluster = StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers=2)
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers=2, class_data=class_data_archive)
     t0 = time.monotonic()
     with running(cluster):
         print(f"\n[cluster] master {cluster.master_url} and {len(cluster.worker_dirs)} workers up "
               f"in {time.monotonic() - t0:.0f}s")
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def class_data_archive(tmp_path_factory, spark) -> Path | None:
+    """The class-data archive of Spark's jars the cluster tests' JVMs map (tests/cluster/class_data.py), one
+    for both test workers: it sits in the run's shared temp root (the workers' basetemps' parent). Written
+    after this worker's test session started: that session has Delta's jars in Ivy's cache, where the job
+    that writes the archive finds them (two resolutions at once on a cold cache collide, tests/conftest.py)."""
+    return shared_archive(tmp_path_factory.getbasetemp().parent)

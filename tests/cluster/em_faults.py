@@ -1,6 +1,6 @@
 """Driver of test_em_faults.py: EM fits on a `local-cluster` master with executors killed mid-fit.
 
-    python -m tests.cluster.em_faults OUT_JSON WORK_DIR
+    python -m tests.cluster.em_faults OUT_JSON WORK_DIR [CLASS_DATA_ARCHIVE]
 
 `local-cluster[2,1,1024]` is Spark's own multi-process test master: a master and two
 one-core workers inside the driver JVM, each executor its own JVM (and Python workers),
@@ -33,7 +33,7 @@ from clickeval_spark.config import PROJECT_ROOT, load_config
 from clickeval_spark.models import get_model
 from clickeval_spark.em.driver import fit
 from clickeval_spark.runtime import session_for
-from tests.cluster.standalone import SHORT_LIVED_JVM
+from tests.cluster.standalone import jvm_settings
 from tests.spark_settings import INTERPRETED
 
 MODEL = "dbn"  # qd (attractiveness, satisfaction) and global (gamma) parameters
@@ -149,7 +149,7 @@ def run_fit(spark, serps, name: str, kill_after: tuple[int, ...]) -> dict:
     return out
 
 
-def main(out_path: str, work_dir: str) -> None:
+def main(out_path: str, work_dir: str, class_data: str = "") -> None:
     work = Path(work_dir)
     overrides = {
         "spark.master": f"local-cluster[{N_EXECUTORS},1,1024]",
@@ -160,8 +160,7 @@ def main(out_path: str, work_dir: str) -> None:
             "spark.ui.enabled": "false",
             # every fit starts with both executors, so each holds some of the blocks
             "spark.scheduler.minRegisteredResourcesRatio": "1.0",
-            "spark.driver.extraJavaOptions": SHORT_LIVED_JVM,
-            "spark.executor.extraJavaOptions": SHORT_LIVED_JVM,
+            **jvm_settings(Path(class_data) if class_data else None),
             **INTERPRETED,
         },
     }

@@ -35,6 +35,18 @@ SUBMIT_SH = REPO / "deploy" / "cluster" / "submit.sh"
 SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC "
                    "-XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote")
 
+# Spark's jars, put first on a driver's and its executors' class path when they map a class-data archive
+# of them (tests/cluster/class_data.py): ahead of SPARK_CONF_DIR, which the archive cannot span
+JARS = f"{SPARK_HOME / 'jars'}/*"
+
+
+def jvm_settings(archive: Path | None) -> dict[str, str]:
+    """The Spark settings that start a driver and its executors as `SHORT_LIVED_JVM`s, mapping the class-data
+    ``archive`` when there is one."""
+    java = SHORT_LIVED_JVM + (f" -XX:SharedArchiveFile={archive}" if archive else "")
+    return {"spark.driver.extraJavaOptions": java, "spark.executor.extraJavaOptions": java,
+            **({"spark.driver.extraClassPath": JARS, "spark.executor.extraClassPath": JARS} if archive else {})}
+
 
 def spark_env(**extra: str) -> dict[str, str]:
     """This process's environment without Python or Spark settings (a test session may have set
@@ -112,11 +124,14 @@ class StandaloneCluster:
     """``worker_hides``: folders each worker (and so its executors and their Python workers) sees as
     empty: it runs in a mount namespace of its own (`unshare --mount`, as root) with an empty tmpfs over
     each, e.g. the build host's Python installation. ``worker_env``: more environment for the workers
-    (PATH, PEX_ROOT)."""
+    (PATH, PEX_ROOT). ``class_data``: the class-data archive `submit`'s drivers and executors map
+    (`jvm_settings`); the daemons' own class path does not fit it (their JVMs warned and ran without)."""
 
     def __init__(self, root: Path, workers: int = 2, worker_memory: str = "1g",
-                 worker_hides: Sequence[Path] = (), worker_env: dict[str, str] | None = None):
+                 worker_hides: Sequence[Path] = (), worker_env: dict[str, str] | None = None,
+                 class_data: Path | None = None):
         self.root = root
+        self.class_data = class_data
         self.worker_dirs = [root / f"worker-{i}" for i in range(1, workers + 1)]
         self.worker_memory = worker_memory
         self.worker_hides = [str(p) for p in worker_hides]
@@ -175,8 +190,7 @@ class StandaloneCluster:
         CPU-bound, and these submits were its longest item; a benchmark (benchmarks/cluster_memory.py) runs
         Spark's defaults. ``conf``: more Spark settings."""
         log = self.root / f"submit-{job}.log"
-        speed = {"spark.driver.extraJavaOptions": SHORT_LIVED_JVM, "spark.executor.extraJavaOptions": SHORT_LIVED_JVM,
-                 **INTERPRETED} if ci_speed else {}
+        speed = {**jvm_settings(self.class_data), **INTERPRETED} if ci_speed else {}
         settings = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
                     "spark.executor.memory": executor_memory, "spark.ui.enabled": "false",
                     "spark.locality.wait": "0s", **speed, **(conf or {})}

@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 
 from clickeval_spark.stages import STAGES
 from clickeval_spark.tables import read_table
-from tests.cluster.standalone import SHORT_LIVED_JVM, SPARK_HOME, processes, spark_env
+from tests.cluster.standalone import SPARK_HOME, StandaloneCluster, jvm_settings, processes, spark_env
 from tests.deploy import airflow_venv
 from tests.reliability.baseline import assert_same_tables, table_rows
 from tests.spark_settings import INTERPRETED
@@ -45,6 +45,7 @@ CONF_NAME = "airflow-daily-test.yaml"
 RUN_TABLES = ("model_params", "click_predictions", "relevance_scores", "metrics", "synthetic_serps",
               "distributional_metrics")
 PROBE = Path(airflow_venv.ROOT / "tests" / "deploy" / "dagrun_probe.py")
+ARCHIVE_REFUSED = "Unable to use shared archive"   # a JVM's warning when its class path does not fit the archive
 
 CONF = """\
 env: airflow-daily-test
@@ -114,7 +115,7 @@ def _write_day(logs: Path, day: str, n: int, seed: int) -> None:
 class DailyRuns:
     """Airflow's home, its environment, and the commands the test runs there."""
 
-    def __init__(self, root: Path, artefacts: Path, master_url: str):
+    def __init__(self, root: Path, artefacts: Path, cluster: StandaloneCluster):
         self.root = root
         self.python = airflow_venv.airflow_python()
         home = root / "airflow-home"
@@ -125,10 +126,9 @@ class DailyRuns:
         # would set it: SPARK_CONF_DIR's spark-defaults.conf
         defaults = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
                     "spark.driver.memory": "1g", "spark.executor.memory": "768m", "spark.ui.enabled": "false",
-                    "spark.locality.wait": "0s", "spark.driver.extraJavaOptions": SHORT_LIVED_JVM,
-                    "spark.executor.extraJavaOptions": SHORT_LIVED_JVM, **INTERPRETED}
+                    "spark.locality.wait": "0s", **jvm_settings(cluster.class_data), **INTERPRETED}
         (conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in defaults.items()))
-        host, port = master_url.rsplit(":", 1)
+        host, port = cluster.master_url.rsplit(":", 1)
         spark = spark_env(SPARK_CONF_DIR=str(conf_dir))
         self.env = {
             **airflow_venv.clean_env(home),
@@ -211,15 +211,17 @@ def _kill_mid_fit(run_id: str, timeout: float = 600) -> str:
 def _executors_on_both_workers(worker_dirs: list[Path], at_least: int) -> None:
     """Every application the DAG submitted had an executor on each worker, tasks ran on every worker, and an
     executor that ran a task had its own copy of the PEX (the killed attempt may have died before its
-    executors started)."""
+    executors started). No executor JVM refused the class-data archive it was given."""
     apps = [{app.name: app for app in d.glob("app-*")} for d in worker_dirs]
     both = set.intersection(*(set(a) for a in apps))
     ran = [0] * len(apps)
     for w, by_name in enumerate(apps):
         for name in both:
             executors = [e for e in by_name[name].iterdir() if e.is_dir()]   # more than one if one was replaced
-            busy = [e for e in executors if "Running task" in (e / "stderr").read_text(errors="replace")]
+            logs = {e: (e / "stderr").read_text(errors="replace") for e in executors}
+            busy = [e for e in executors if "Running task" in logs[e]]
             assert executors and all((e / "clickeval.pex").is_file() for e in busy), by_name[name]
+            assert not [e for e in executors if ARCHIVE_REFUSED in logs[e]], by_name[name]
             ran[w] += bool(busy)
     print(f"[airflow] applications with an executor on both workers: {len(both)}; with tasks run, per worker: {ran}")
     assert len(both) >= at_least and all(ran), (len(both), ran)
@@ -264,7 +266,7 @@ def test_three_days_a_rerun_and_a_killed_fit(artefacts, standalone_cluster, tmp_
     (artefacts / "conf" / CONF_NAME).write_text(CONF.format(
         warehouse=warehouse, metastore=metastore, hive_warehouse=hive_warehouse, database=DATABASE,
         dataset=DATASET, logs=logs, reports=reports))
-    runs = DailyRuns(root, artefacts, standalone_cluster.master_url)
+    runs = DailyRuns(root, artefacts, standalone_cluster)
     run_ids = {day: f"daily-{day.replace('-', '')}" for day in DAYS}
 
     seconds = {day: runs.run_day(day) for day in DAYS[:2]}
@@ -286,6 +288,8 @@ def test_three_days_a_rerun_and_a_killed_fit(artefacts, standalone_cluster, tmp_
 
     dag_runs = runs.dag_runs()
     print(f"[airflow] {killed}")
+    # every driver mapped the class-data archive (spark-submit's output is in the dags test logs)
+    assert not [log.name for log in root.glob("dags-test-*.log") if ARCHIVE_REFUSED in log.read_text(errors="replace")]
     _executors_on_both_workers(standalone_cluster.worker_dirs, (len(DAYS) + 1) * len(STAGES))
     for day in DAYS:
         tasks = dag_runs[day]["tasks"]

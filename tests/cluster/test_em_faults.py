@@ -24,11 +24,12 @@ from tests.cluster.standalone import REPO, signal_group, spark_env
 pytestmark = pytest.mark.cluster
 
 
-def test_fit_survives_killed_executors(tmp_path):
+def test_fit_survives_killed_executors(tmp_path, class_data_archive):
     out = tmp_path / "result.json"
     t0 = time.monotonic()
     # its own session: whatever happens, the driver JVM and its executors go with the process group
-    proc = subprocess.Popen([sys.executable, "-m", "tests.cluster.em_faults", str(out), str(tmp_path)], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "tests.cluster.em_faults", str(out), str(tmp_path),
+                             str(class_data_archive or "")], cwd=REPO,
                             env=spark_env(PYTHONPATH=str(REPO)), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

@@ -66,12 +66,13 @@ def test_the_pex_runs_its_own_code_on_sparks_pyspark(artefacts, tmp_path):
 
 
 @pytest.fixture
-def other_path_cluster(tmp_path):
+def other_path_cluster(tmp_path, class_data_archive):
     _skip_unless_possible()
     root = tmp_path / "cluster"
     root.mkdir()
     cluster = StandaloneCluster(root, workers=1, worker_hides=[BUILD_PYTHON],
-                                worker_env={"PATH": "/usr/bin:/bin", "PEX_ROOT": str(root / "pex-root")})
+                                worker_env={"PATH": "/usr/bin:/bin", "PEX_ROOT": str(root / "pex-root")},
+                                class_data=class_data_archive)
     with running(cluster):
         yield cluster
 
