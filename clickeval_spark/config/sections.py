@@ -155,7 +155,8 @@ class PriorOverride(Section):
 
 
 class ConvergeConfig(Section):
-    """fit.converge: once the candidates have stopped (fit.tol) and valid has chosen one, the chosen fit goes on
+    """fit.converge: once the candidates have stopped (fit.tol) and valid has chosen one, the chosen fit, if tol
+    stopped it before fit.iterations did, goes on
     until the training LL it may still gain, estimated from its last passes (`em.candidates.remaining_gain`), is
     below ``gain`` nats per training position, or it has made ``iterations`` passes. Only with a fit.tol (a fit
     with tol null makes exactly fit.iterations passes); gain null: the fit stops with the candidates."""
@@ -168,8 +169,9 @@ class ConvergeConfig(Section):
 class FitConfig(Section):
     models: Tuple(Literal[MODEL_NAMES], min_length=1) = (
         "gctr", "rctr", "dctr", "pbm", "cm", "ubm", "dcm", "ccm", "dbn", "sdbn", "lcm")
-    # the cap on the passes of `k: auto`'s candidates; a candidate stops earlier once its log posterior per
-    # training SERP moves by less than tol (then the chosen one goes on by `converge`)
+    # the cap on the passes of `k: auto`'s candidates (a fit that reaches it stops there); a candidate stops
+    # earlier once its log posterior per training SERP moves by less than tol (then the chosen one goes on by
+    # `converge`)
     iterations: AtLeast1 = 50
     tol: Annotated[float, Field(gt=0)] | None = 1e-4
     # the chosen candidate's own stop, after tol's (issue 57: within 1e-5 nats per position of its fixed point)

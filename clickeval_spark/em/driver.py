@@ -216,7 +216,8 @@ def _run(packed: PackedLog, ctx: FitContext, cands: list[Candidate], passes: Pas
 
     Then, with ``go_on`` (not on a selection sample: only its choice is wanted), ``opts.tol`` and
     ``opts.converge``, each group's chosen candidate (`_chosen`, by the valid LL of that scoring pass: the
-    choice is the one the candidates' own stop gives) goes on alone until the training LL it may still gain
+    choice is the one the candidates' own stop gives), if tol stopped it (not ``ctx.n_passes``: a cap the
+    caller set holds), goes on alone until the training LL it may still gain
     (`Candidate.remaining_gain`) is below ``opts.converge`` per position, or it has made
     ``opts.converge_iterations`` passes; then its own scoring pass. A pass after a scoring pass is the one
     that would have come without it (the scoring pass's M-step is the next pass's, and repeating it on the
@@ -237,6 +238,8 @@ def _run(packed: PackedLog, ctx: FitContext, cands: list[Candidate], passes: Pas
         c = cands[mine[slot]]
         c.chosen_at = (c.valid_ll, c.done)
         c.stop.update(converge=opts.converge, cap=opts.converge_iterations, gain=c.remaining_gain())
+        if c.stop["rule"] == "cap":   # fit.iterations stopped it before tol did: the cap holds for it
+            continue
         if c.stop["gain"] < opts.converge:
             c.stop["rule"] = "converged"
         elif c.done >= opts.converge_iterations:

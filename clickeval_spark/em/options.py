@@ -18,12 +18,13 @@ _FIT = FitConfig()
 class EMOptions:
     """How a fit runs (DESIGN's fit stage; README "How a fit runs").
 
-    iterations: the cap on EM passes (a counting model makes one, or two for empirical Bayes).
+    iterations: the cap on the candidates' EM passes (a counting model makes one, or two for empirical Bayes);
+        a fit that reaches it stops there.
     tol: stop a candidate once its log posterior per training SERP moves by less than this; None: never (a fit
         then makes exactly ``iterations`` passes, and ``converge`` does not apply).
-    converge: after the candidates stopped by ``tol`` (and valid chose one), the chosen fit goes on until the
-        training LL it may still gain (`candidates.remaining_gain`) is below this, in nats per training position;
-        None: it stops with the candidates.
+    converge: after the candidates stopped (and valid chose one), the chosen fit, if ``tol`` stopped it before
+        ``iterations`` did, goes on until the training LL it may still gain (`candidates.remaining_gain`) is
+        below this, in nats per training position; None: it stops with the candidates.
     converge_iterations: the cap on the chosen fit's passes while it goes on.
     prior: the resolved Beta priors (`priors.model_prior`); None: the model's default (beta, k auto).
     k_grid: the shared strengths `k: auto` tries, beside empirical Bayes.
