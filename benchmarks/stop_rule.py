@@ -1,6 +1,6 @@
 """Where EM's stopping rule stops on a dense simulated log, against the fit's fixed point (its LL after 300 passes).
 
-    .venv/bin/python -m benchmarks.stop_rule                       # pbm, ubm: 300 passes, then the default fit
+    .venv/bin/python -m benchmarks.stop_rule                       # pbm, ubm: 300 passes, then the converging stop
     .venv/bin/python -m benchmarks.stop_rule --models pbm,ubm,dbn --passes 300 --json /tmp/stop.json
     .venv/bin/python -m benchmarks.stop_rule --models pbm,ubm,dcm,ccm,dbn --conf conf/trec-demo.yaml \
         --warehouse <a TREC run's warehouse>                        # the TREC sample, its conf's fit options
@@ -10,10 +10,11 @@ to the last click; tests/em/logs.py's `Log`, 14 documents a query, lists of 1-12
 tenth SERP held out as the valid split (27,000 training, 3,000 held-out SERPs); ``--seed`` / ``--extra``
 change it (``--extra 0``: lists of 1-10). Each model is fitted twice with the package defaults
 (`EMOptions()`: beta prior, `k: auto`, seen pairs toward the pooled mean; with ``--conf``, that config's fit
-section): once for ``--passes`` passes with no tolerance (the fixed point), once as the defaults stop.
-A candidate's passes do not depend on the others', so every candidate of the default fit is compared with
-its own path in the long fit. Printed per model: the chosen prior; where fit.tol alone stopped it (the rule
-before issue 57: `tol_passes`) and where the default stopped it (`prior_spec["stop"]`), each with the gap of
+section): once for ``--passes`` passes with no tolerance (the fixed point), once as they stop with
+fit.converge.gain ``--gain`` (off in the package's defaults) unless the config sets one. A candidate's
+passes do not depend on the others', so every candidate of the stopping fit is compared with its own path
+in the long fit. Printed per model: the chosen prior; where fit.tol alone stopped it (the package's
+default: `tol_passes`) and where the converging stop stopped it (`prior_spec["stop"]`), each with the gap of
 its training LL to its LL after ``--passes`` passes, per training position; the pass from which that LL
 stays within 1e-5; its valid LL at the choice and at the end. ``--json``: every number, and the long fits'
 per-pass train LL and log posterior (per SERP) of every candidate, for replaying other rules.
@@ -96,6 +97,9 @@ def main(argv=None) -> int:
     ap.add_argument("--conf", default=None,
                     help="the fit options of this config's fit section; 'package': the package's (`FitConfig()`); "
                          "default: EMOptions()")
+    ap.add_argument("--gain", type=float, default=3e-6,
+                    help="fit.converge.gain of the stopping fit when its options set none (the package's default "
+                         "is off; conf/cluster.yaml's 3e-6)")
     ap.add_argument("--warehouse", default=None,
                     help="instead: the train / valid SERPs of the serps table of this warehouse (one dataset)")
     args = ap.parse_args(argv)
@@ -115,7 +119,8 @@ def main(argv=None) -> int:
             long, long_cands = fit_keeping(packed, model, replace(opts, iterations=args.passes, tol=None))
             t_long = time.perf_counter() - t
             t = time.perf_counter()
-            short, short_cands = fit_keeping(packed, model, opts)
+            short, short_cands = fit_keeping(packed, model, opts if opts.converge is not None
+                                             else replace(opts, converge=args.gain))
             t_short = time.perf_counter() - t
             per_pos = long_cands[0].per_position   # the fit's own count of training positions
             # a candidate's passes do not depend on the others': the default's candidates are the long fit's,
