@@ -156,12 +156,12 @@ class PriorOverride(Section):
 
 class ConvergeConfig(Section):
     """fit.converge: once the candidates have stopped (fit.tol) and valid has chosen one, the chosen fit, if tol
-    stopped it before fit.iterations did, goes on
-    until the training LL it may still gain, estimated from its last passes (`em.candidates.remaining_gain`), is
-    below ``gain`` nats per training position, or it has made ``iterations`` passes. Only with a fit.tol (a fit
-    with tol null makes exactly fit.iterations passes); gain null (the default): the fit stops with the
-    candidates. Off by default: on the TREC sample it lowered PBM's test LL by 2.2e-4 and UBM's by 1.5e-4
-    (docs/models-and-priors.md, How a fit stops); conf/cluster.yaml, for dense production logs, sets 3e-6."""
+    stopped it before fit.iterations did, goes on until the training LL it may still gain, estimated from its
+    last passes (`em.candidates.remaining_gain`), is below ``gain`` nats per training position, or it has made
+    ``iterations`` passes. Only with a fit.tol (a fit with tol null makes exactly fit.iterations passes); gain
+    null (the default): the fit stops with the candidates. Off by default: on the TREC sample it lowered PBM's
+    test LL by 2.2e-4 and UBM's by 1.5e-4 (docs/models-and-priors.md, How a fit stops); conf/cluster.yaml, for
+    dense production logs, sets 3e-6."""
     # nats per training position the chosen fit may still gain when it stops; null: it stops with the candidates
     gain: Annotated[float, Field(gt=0)] | None = None
     # the cap on the chosen fit's passes, counted from its first

@@ -26,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.cluster.standalone import JARS, REPO, SHORT_LIVED_JVM, jvm_settings, spark_env
+from clickeval_spark.session import DELTA_CONF
+from tests.cluster.standalone import JARS, REPO, SHORT_LIVED_JVM, spark_env
 
 
 def shared_archive(folder: Path) -> Path | None:
@@ -61,16 +62,13 @@ def main(archive: str) -> None:
     from pyspark.sql import SparkSession, functions as F
 
     work = Path.cwd()
-    java = jvm_settings(None)["spark.driver.extraJavaOptions"] + f" -XX:ArchiveClassesAtExit={archive}"
     builder = (SparkSession.builder.master("local[2]").appName("class-data")
-               .config("spark.ui.enabled", "false").config("spark.driver.extraJavaOptions", java)
-               .config("spark.driver.extraClassPath", JARS)
-               .config("spark.sql.warehouse.dir", str(work / "hive-warehouse"))
-               .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-               .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-               .config("spark.sql.catalogImplementation", "hive")
-               .config("spark.hadoop.javax.jdo.option.ConnectionURL",
-                       f"jdbc:derby:;databaseName={work / 'metastore_db'};create=true"))
+               .config(map={**DELTA_CONF, "spark.ui.enabled": "false", "spark.driver.extraClassPath": JARS,
+                            "spark.driver.extraJavaOptions": f"{SHORT_LIVED_JVM} -XX:ArchiveClassesAtExit={archive}",
+                            "spark.sql.warehouse.dir": str(work / "hive-warehouse"),
+                            "spark.sql.catalogImplementation": "hive",
+                            "spark.hadoop.javax.jdo.option.ConnectionURL":
+                                f"jdbc:derby:;databaseName={work / 'metastore_db'};create=true"}))
     spark = configure_spark_with_delta_pip(builder).getOrCreate()
     table = str(work / "t")
     spark.range(1000).withColumn("g", F.col("id") % 7).write.format("delta").save(table)
