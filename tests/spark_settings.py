@@ -11,3 +11,11 @@
 # defaults, so production's code path runs in every CI: the concurrent pipeline process, whose metrics
 # test_reproducibility holds bit-identical to the baseline's, computed in the test session without codegen.
 INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+# A JVM the suite starts as a process (a command's, a SQL client's, the test cluster's) lives a minute or two
+# on a 2-core machine: C2 compiling the same hot code in each of them costs more CPU than it wins back (C1
+# only cut ingest + fit from 441 to 260 CPU-seconds here), and one GC thread is enough. Verifying the bytecode
+# of every class loaded from a jar is a seventh of such a JVM's CPU (a session's start and a Delta write:
+# 14.8 -> 13.0 CPU-s, benchmarks/RESULTS.md): the jars here are pyspark's and Maven Central's, so they skip it.
+SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC "
+                   "-XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote")

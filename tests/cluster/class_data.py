@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 from clickeval_spark.session import DELTA_CONF
-from tests.cluster.standalone import JARS, REPO, SHORT_LIVED_JVM, spark_env
+from tests.cluster.standalone import JARS, REPO, spark_env
+from tests.spark_settings import SHORT_LIVED_JVM
 
 
 def shared_archive(folder: Path) -> Path | None:

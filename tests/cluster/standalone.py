@@ -22,18 +22,11 @@ from typing import Sequence
 
 import pyspark
 
-from tests.spark_settings import INTERPRETED
+from tests.spark_settings import INTERPRETED, SHORT_LIVED_JVM
 
 REPO = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 SUBMIT_SH = REPO / "deploy" / "cluster" / "submit.sh"
-# Every JVM here lives a minute or two on a 2-core machine: C2 compiling the same hot code in each of
-# them costs more CPU than it wins back (C1 only cut ingest + fit from 441 to 260 CPU-seconds here),
-# and one GC thread is enough. Verifying the bytecode of every class loaded from a jar is a seventh of
-# such a JVM's CPU (a session's start and a Delta write: 14.8 -> 13.0 CPU-s, benchmarks/RESULTS.md):
-# the jars here are pyspark's and Maven Central's, so the test cluster's JVMs skip it
-SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC "
-                   "-XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote")
 
 # Spark's jars, put first on a driver's and its executors' class path when they map a class-data archive
 # of them (tests/cluster/class_data.py): ahead of SPARK_CONF_DIR, which the archive cannot span

@@ -28,7 +28,7 @@ from clickeval_spark import tables
 from clickeval_spark.context import StageContext
 from clickeval_spark.stages import STAGES
 from clickeval_spark.config import AppConfig, load_config
-from tests.spark_settings import INTERPRETED
+from tests.spark_settings import INTERPRETED, SHORT_LIVED_JVM
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_RUN = "rel-base"
@@ -46,7 +46,7 @@ def write_conf(directory: Path, warehouse: str, reports: str, *, shuffle_partiti
     """The tiny pipeline: 300 SERPs (train:test 2:1, labelled SERPs), rctr + pbm with 2 EM passes,
     5 bootstrap replicates, pbm as the one generator (2 samples on shuffled lists), a 2-pass DCM surrogate.
     A job run on it evaluates expressions interpreted, as the test session does (tests/spark_settings.py),
-    unless `codegen`."""
+    unless `codegen`; one run as a process starts its JVM as the suite's processes do (`SHORT_LIVED_JVM`)."""
     conf = {
         "env": "reliability",
         "spark": {
@@ -59,6 +59,7 @@ def write_conf(directory: Path, warehouse: str, reports: str, *, shuffle_partiti
                 "spark.ui.enabled": "false",
                 "spark.ui.showConsoleProgress": "false",
                 "spark.driver.memory": "1g",
+                "spark.driver.extraJavaOptions": SHORT_LIVED_JVM,
                 **({} if codegen else INTERPRETED),
             },
         },
