@@ -6,10 +6,11 @@
 # took 30.5-33.8 s with these two settings against 46.3-57.8 s without (two processes), and its JVM's CPU
 # over four runs was 193 s against 289-294 s (benchmarks/RESULTS.md). Spark's own suites run its expressions both ways, and
 # `factoryMode` is the internal switch they use for it.
-# The test session, the jobs started as processes to prove what a fault does (the crash-recovery fit,
-# em_faults' local cluster) and the standalone cluster's spark-submits run this way. One job keeps Spark's
-# defaults, so production's code path runs in every CI: the concurrent pipeline process, whose metrics
-# test_reproducibility holds bit-identical to the baseline's, computed in the test session without codegen.
+# The test session, the commands and SQL clients it starts as processes, the jobs started to prove what a
+# fault does (the crash-recovery fit, em_faults' local cluster) and the standalone cluster's spark-submits run
+# this way. One job keeps Spark's generated code, so production's code path runs in every CI: the concurrent
+# pipeline process, whose metrics test_reproducibility holds bit-identical to the baseline's, computed in the
+# test session without codegen.
 INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 # A JVM the suite starts as a process (a command's, a SQL client's, the test cluster's) lives a minute or two

@@ -207,7 +207,9 @@ def _hive_conf(root: Path) -> dict[str, str]:
 def _client_args(root: Path) -> list[str]:
     jars = _delta_jars()
     args = ["--master", "local[2]", "--jars", ",".join(jars), "--driver-class-path", ":".join(jars),
-            "--driver-java-options", SHORT_LIVED_JVM, *[a for k, v in INTERPRETED.items() for a in ("--conf", f"{k}={v}")],
+            # started as the suite starts its processes (tests/spark_settings.py)
+            "--driver-java-options", SHORT_LIVED_JVM,
+            *[arg for key, value in INTERPRETED.items() for arg in ("--conf", f"{key}={value}")],
             "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2",
             "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
             "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog"]
