@@ -20,3 +20,7 @@ INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.facto
 # 14.8 -> 13.0 CPU-s, benchmarks/RESULTS.md): the jars here are pyspark's and Maven Central's, so they skip it.
 SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC "
                    "-XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote")
+
+#: the spark.conf of a command the suite starts as a process (a stage, `clickeval sql`, a catalog check):
+#: its JVM short-lived, its expressions interpreted; what it prints and writes is the same
+PROCESS_CONF = {"spark.driver.extraJavaOptions": SHORT_LIVED_JVM, **INTERPRETED}

@@ -29,7 +29,7 @@ from clickeval_spark.metrics.click_prediction import by_rank
 from clickeval_spark.stages import STAGES
 from jobs import pipeline as pipeline_job
 from jobs import sql as sql_job
-from tests.spark_settings import INTERPRETED, SHORT_LIVED_JVM
+from tests.spark_settings import PROCESS_CONF
 
 RUN = "cat-1"
 
@@ -208,8 +208,7 @@ def _client_args(root: Path) -> list[str]:
     jars = _delta_jars()
     args = ["--master", "local[2]", "--jars", ",".join(jars), "--driver-class-path", ":".join(jars),
             # started as the suite starts its processes (tests/spark_settings.py)
-            "--driver-java-options", SHORT_LIVED_JVM,
-            *[arg for key, value in INTERPRETED.items() for arg in ("--conf", f"{key}={value}")],
+            *[arg for key, value in PROCESS_CONF.items() for arg in ("--conf", f"{key}={value}")],
             "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2",
             "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
             "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog"]
@@ -275,8 +274,7 @@ def test_spark_sql_and_beeline_read_the_pipelines_tables_by_name(spark, tmp_path
         "env": "cat", "spark": {"mode": "embedded", "master": "local[2]", "warehouse": str(warehouse),
                                 "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
                                          "spark.databricks.delta.snapshotPartitions": "2", **_hive_conf(tmp_path),
-                                         # started as the suite starts its processes (tests/spark_settings.py)
-                                         "spark.driver.extraJavaOptions": SHORT_LIVED_JVM, **INTERPRETED}},
+                                         **PROCESS_CONF}},
         **sections, "tables": {"catalog": {"database": "clickeval"}},
     }))
     clickeval = str(Path(sys.executable).parent / "clickeval")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from jobs import ingest as ingest_job
-from tests.spark_settings import INTERPRETED, SHORT_LIVED_JVM
+from tests.spark_settings import PROCESS_CONF
 
 ROOT = Path(__file__).resolve().parent.parent
 # what Spark, Ivy and the JVM print when they start (Ivy resolves Delta's jars in every embedded session)
@@ -26,11 +26,10 @@ JVM_MARKERS = ("log4j", ":: loading settings", "Ivy Default Cache", "WARN", "WAR
 
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-#: the commands' JVMs as the suite starts its processes (tests/spark_settings.py): what they print is the same
-SPEED = {"spark.driver.extraJavaOptions": SHORT_LIVED_JVM, **INTERPRETED}
 #: a pipeline small enough for a test: two fitted models, one generator, the dcm surrogate
 TINY = {"spark": {"warehouse": "wh", "master": "local[2]", "conf": {"spark.ui.enabled": "false",
-                                                                    "spark.sql.shuffle.partitions": "2", **SPEED}},
+                                                                    "spark.sql.shuffle.partitions": "2",
+                                                                    **PROCESS_CONF}},
         "ingest": {"dataset": "tiny", "format": "synthetic", "split": {"seed": 11, "ratios": {"train": 2, "valid": 1,
                                                                                               "test": 1}},
                    "synthetic": {"model": "pbm", "n_serps": 400, "n_queries": 20, "docs_per_query": 12,
@@ -88,7 +87,7 @@ def _clickeval_at_a_terminal(tmp_path: Path, *args: str) -> tuple[int, str, str]
 @pytest.mark.slow
 def test_an_error_is_one_line_naming_the_log_that_holds_the_jvm_output(tmp_path):
     (tmp_path / "c.yaml").write_text(json.dumps({"spark": {"warehouse": "wh", "master": "local[1]",
-                                                           "conf": {"spark.ui.enabled": "false", **SPEED}}}))
+                                                           "conf": {"spark.ui.enabled": "false", **PROCESS_CONF}}}))
     proc = _clickeval(tmp_path, "predict", "--conf", "c.yaml", "--run-id", "quiet-1")
     log = tmp_path / "wh" / "_logs" / "quiet-1.log"
     assert proc.returncode == 2

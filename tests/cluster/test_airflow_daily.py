@@ -31,7 +31,7 @@ from clickeval_spark.tables import read_table
 from tests.cluster.standalone import SPARK_HOME, StandaloneCluster, jvm_settings, processes, spark_env
 from tests.deploy import airflow_venv
 from tests.reliability.baseline import assert_same_tables, table_rows
-from tests.spark_settings import INTERPRETED, SHORT_LIVED_JVM
+from tests.spark_settings import INTERPRETED, PROCESS_CONF
 
 pytestmark = pytest.mark.cluster
 
@@ -237,14 +237,13 @@ def _snapshot(spark, warehouse: str, run_id: str, day: str) -> dict:
 
 def _catalog_tables(metastore: Path, hive_warehouse: Path, root: Path) -> dict:
     """The catalog's tables, read by another Spark application from the same metastore."""
-    speed = {"spark.driver.extraJavaOptions": SHORT_LIVED_JVM, **INTERPRETED}
     code = f"""
 import json
 from clickeval_spark.session import build_session
 spark = build_session("catalog-check", master="local[1]", warehouse="{hive_warehouse}", embedded=True, conf={{
     "spark.sql.catalogImplementation": "hive", "spark.ui.enabled": "false",
     "spark.hadoop.javax.jdo.option.ConnectionURL": "jdbc:derby:;databaseName={metastore};create=false",
-    "spark.sql.warehouse.dir": "{hive_warehouse}", **{speed!r}}})
+    "spark.sql.warehouse.dir": "{hive_warehouse}", **{PROCESS_CONF!r}}})
 names = sorted(r["tableName"] for r in spark.sql("SHOW TABLES IN {DATABASE}").collect())
 days = {{str(r[0]): r[1] for r in spark.sql(
     "SELECT log_date, count(*) FROM {DATABASE}.serps GROUP BY log_date").collect()}}
