@@ -72,7 +72,10 @@ def priors_html(params: list[dict], fits: list[dict], models: list[str]) -> str:
         details = json.loads(f["details"] or "{}")
         sel = details.get("prior_selection")
         if sel:
-            grid = ", ".join(f"{_strength(g['k'], g.get('seen_means'))}: {_num(g['valid_ll'])}" for g in sel["grid"])
+            # a candidate successive halving stopped: its valid LL at that iteration
+            grid = ", ".join(f"{_strength(g['k'], g.get('seen_means'))}: {_num(g['valid_ll'])}"
+                             + (f" (out after iteration {g['dropped_at']})" if "dropped_at" in g else "")
+                             for g in sel["grid"])
             chosen[f["job"].split(":", 1)[1]] = (f"{_strength(sel['chosen_k'], sel.get('chosen_seen_means'))} "
                                                  f"of {{{grid}}}")
     by_model: dict[str, dict] = {}

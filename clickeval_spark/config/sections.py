@@ -14,7 +14,8 @@ from clickeval_spark.config.base import (CLICK_MODES, DATABASE_PATTERN, EM_MODEL
 from clickeval_spark.config.fields import Day, Invalid, Location, Text, Tuple, distinct, matching, strength
 from clickeval_spark.config.locations import check_day_placeholders, fill_day, names_day
 from clickeval_spark.models import ENGINES as FIT_ENGINES, MODELS  # the kernel registry (numpy only: no Spark at config time)
-from clickeval_spark.models.priors import DEFAULT_K_GRID, DEFAULT_SELECT_SERPS, DEFAULT_WARMUP, SEEN_MEANS
+from clickeval_spark.models.priors import (DEFAULT_HALVING, DEFAULT_K_GRID, DEFAULT_SELECT_SERPS, DEFAULT_WARMUP,
+                                           SEEN_MEANS)
 
 
 class SparkConfig(Section):
@@ -146,6 +147,10 @@ class PriorConfig(Section):
     # on a larger log (train + valid SERPs) `auto`'s candidates compete on a sample of whole queries of about
     # this many SERPs, and the chosen one then fits the whole log; null: they all fit the whole log
     select_serps: AtLeast1 | None = DEFAULT_SELECT_SERPS
+    # successive halving of `auto`'s candidates, {iteration: margin}: after scoring that iteration on valid, a
+    # candidate trailing the leader's valid LL per position by more than the margin stops and is not chosen;
+    # {}: every candidate runs until it stops
+    halving: dict[AtLeast1, Annotated[float, Field(gt=0)]] = Field(default_factory=lambda: dict(DEFAULT_HALVING))
 
 
 class PriorOverride(Section):

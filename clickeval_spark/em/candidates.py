@@ -42,6 +42,9 @@ class Candidate:
     choice: float | Strength | None = None   # the grid entry this candidate stands for
     per_position: float = 1.0   # training SERPs per training position (a per-SERP LL step times this: per position)
     chosen_at: tuple[float, int] | None = None   # (valid LL, passes) when valid chose it and it went on
+    competes: bool = False   # one of several candidates valid chooses among: successive halving applies
+    valid_at: int | None = None   # the iteration whose parameters valid_ll scored
+    dropped_at: int | None = None   # the iteration at whose valid LL successive halving stopped it (`driver._halve`)
     stop: dict = field(default_factory=dict)   # how its passes ended (`driver._run`), for the fit's record
 
     @property
@@ -66,9 +69,11 @@ class Candidate:
         if final:
             return PassPlan(PassMode.SCORE, self.g, self.update, self.group, opts.ppl_eps,
                             seen_by_rank=self.prior.seen_by_rank, compiled=opts.compiled)
-        # the held-out LL is read only while it may end the warm-up (and after the last pass)
+        # the held-out LL is read only while it may end the warm-up, at a round of successive halving (the pass
+        # scores iteration `done`), and after the last pass
+        halving = self.competes and any(it == self.done for it, _ in opts.halving)
         return PassPlan(PassMode.STEP if self.active else PassMode.HOLD, self.g, self.update, self.group,
-                        held_out=opts.select_on_held_out and self.compare_from is None,
+                        held_out=opts.select_on_held_out and (self.compare_from is None or halving),
                         # the blocks sum evidence for qd families only (a global family's is the driver's)
                         eb=self.compare_from is None and any(p in self.prior.qd for p in self.prior.eb),
                         seen_by_rank=self.prior.seen_by_rank, compiled=opts.compiled)
@@ -85,7 +90,7 @@ class Candidate:
         self.posterior.append((float(sums["ll"][0]) + float(sums["lp"][0]) + lp_glob) / n_serps)
         scored = sums["n_valid"][0] > 0   # held-out SERPs scored in this pass
         if opts.select_on_held_out and scored:
-            self.valid_ll = float(sums["ll_valid"][0] / sums["n_valid"][0])
+            self.valid_ll, self.valid_at = float(sums["ll_valid"][0] / sums["n_valid"][0]), it
         ctx.log.debug("%s %s iteration %d: train LL %.6f per SERP, log posterior %.6f, valid LL %s per position, "
                       "prior m %s, %.2f s", model.name, self.label, it, ll, self.posterior[-1],
                       f"{self.valid_ll:.6f}" if scored and opts.select_on_held_out else "-", self.means_text,

@@ -164,7 +164,7 @@ def _candidates(packed: PackedLog, ctx: FitContext) -> tuple[list, list[Candidat
         grid = [(k, v) for v in variants for k in ([*opts.k_grid, Strength.EB] if selecting else [DEFAULT_K])]
         grids.append(grid)
         cands += [Candidate(prior=replace(candidate_prior(prior, k), seen_means=(v,)), g=dict(init), group=g,
-                            choice=k, unseen={q: INIT_VALUE for q in model.qd_params})
+                            choice=k, unseen={q: INIT_VALUE for q in model.qd_params}, competes=len(grid) > 1)
                   for k, v in (grid if prior.auto else [(None, variants[0])])]
     return grids, cands
 
@@ -230,6 +230,8 @@ def _run(packed: PackedLog, ctx: FitContext, cands: list[Candidate], passes: Pas
     for c in cands:
         c.stop = {"rule": settled if settled != "tol" or c.done < ctx.n_passes else "cap",
                   "tol": opts.tol, "tol_passes": c.done, "passes": c.done}
+        if c.dropped_at is not None:
+            c.stop.update(rule="halving", dropped_at=c.dropped_at)
     if not (go_on and ctx.model.iterative and opts.tol is not None and opts.converge is not None):
         return final
     going = []
@@ -279,8 +281,10 @@ def _passes(packed: PackedLog, ctx: FitContext, cands: list[Candidate], passes: 
                 c.advance(c.done + 1, sums, secs, packed.groups[c.group].n_serps, ctx)
                 if c.done >= cap:
                     c.active = False
+        _halve([c for c, sums in zip(cands, all_sums) if sums is not None], ctx)
         if ctx.on_pass is not None:
             ctx.on_pass(max(c.done for c in cands), cap, phase)
+    scored = [on and c.dropped_at is None for c, on in zip(cands, scored)]   # a dropped candidate is not chosen
     t0 = time.perf_counter()
     final = passes.run([c.plan(ctx.opts, final=on) for c, on in zip(cands, scored)])   # the others hold
     ctx.log.debug("%s final pass%s: %.2f s", ctx.model.name, f" ({phase})" if phase else "",
@@ -323,9 +327,38 @@ def _select_on_sample(packed: PackedLog, ctx: FitContext, cands: list[Candidate]
     selection = _selection(cands, mine, slot, grids[0], group.n_held_out, model, log)
     selection["sample"] = {"blocks": group.n_blocks, "of_blocks": packed.groups[0].n_blocks,
                            "train_serps": group.n_serps, "valid_serps": group.n_held_out}
-    fresh = _candidates(packed, ctx)[1][mine[slot]]
+    fresh = replace(_candidates(packed, ctx)[1][mine[slot]], competes=False)
     _set_start(fresh, ctx.pooled)
     return [fresh], selection
+
+
+def _halve(stepped: list[Candidate], ctx: FitContext) -> None:
+    """Successive halving (`EMOptions.halving`) after a pass of the ``stepped`` candidates: in each group, once
+    its competing candidates have scored a round's iteration on the valid split, the active ones whose valid LL
+    per position trails the best of them by more than the round's margin stop (`Candidate.dropped_at`): no
+    more passes, no scoring pass, not chosen.
+
+    Why it keeps the choice: a candidate's passes do not depend on the others', so the ones left run as they
+    would among all of them; and early valid LL ranks the candidates well enough that the margins, which
+    shrink as the fits settle, never dropped the winner of a full selection where it was measured
+    (benchmarks/RESULTS.md, "Successive halving").
+    """
+    margins = dict(ctx.opts.halving)
+    if not margins or not ctx.opts.select_on_held_out:
+        return
+    for g in {c.group for c in stepped}:
+        # the group's candidates whose valid LL this pass read, at a round's iteration
+        at = [c for c in stepped if c.group == g and c.competes and c.valid_at in margins
+              and c.valid_at == c.history[-1][0]]
+        if len(at) < 2:
+            continue
+        it = at[0].valid_at
+        lead = max(c.valid_ll for c in at)
+        for c in at:
+            if c.active and c.valid_ll < lead - margins[it]:
+                c.active, c.dropped_at = False, it
+                ctx.log.debug("%s %s out after iteration %d: valid LL per position %.6f trails the best %.6f by "
+                              "more than %g", ctx.model.name, c.label, it, c.valid_ll, lead, margins[it])
 
 
 def _set_start(c: Candidate, pooled: bool) -> None:
@@ -340,7 +373,8 @@ def _chosen(cands: list[Candidate], g: int) -> tuple[list[int], int]:
     went_on = [j for j, i in enumerate(mine) if cands[i].chosen_at is not None]
     if went_on:   # chosen before it went on (`_run`): its valid LL has moved since, the others' have not
         return mine, went_on[0]
-    slot = max(range(len(mine)), key=lambda j: (cands[mine[j]].valid_ll if len(mine) > 1 else 0.0, -j))
+    left = [j for j, i in enumerate(mine) if cands[i].dropped_at is None]   # successive halving's (`_halve`)
+    slot = max(left, key=lambda j: (cands[mine[j]].valid_ll if len(mine) > 1 else 0.0, -j))
     return mine, slot
 
 
@@ -354,6 +388,8 @@ def _selection(cands: list[Candidate], mine: list[int], slot: int, grid: list, n
     log.debug("%s prior strength by valid LL per position: %s -> %s", model.name,
               ", ".join(f"{cands[i].label}: {ll:.6f}" for i, (ll, _) in zip(mine, at)), cands[mine[slot]].label)
     return {"grid": [{"k": k, "seen_means": v, "valid_ll": ll, "iterations": done,
-                      **({"strengths": cands[i].strengths()} if k == Strength.EB else {})}
+                      **({"strengths": cands[i].strengths()} if k == Strength.EB else {}),
+                      # successive halving stopped it: ll is its valid LL at that iteration (`_halve`)
+                      **({"dropped_at": cands[i].dropped_at} if cands[i].dropped_at is not None else {})}
                      for (k, v), i, (ll, done) in zip(grid, mine, at)],
             "chosen_k": grid[slot][0], "chosen_seen_means": grid[slot][1], "n_valid_serps": n_valid}

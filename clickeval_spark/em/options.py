@@ -37,6 +37,7 @@ class EMOptions:
         None: compiled (every EM model has a compiled pass, `step.compiled_pass`).
     select_serps: on a larger log the candidates compete on a query sample of about this many SERPs
         (`driver._select_on_sample`); None: on the whole log.
+    halving: successive halving of the candidates, (iteration, margin) pairs (`driver._halve`); (): none.
     """
 
     iterations: int = _FIT.iterations
@@ -52,6 +53,7 @@ class EMOptions:
     ppl_eps: float | None = None
     compiled: bool | None = None
     select_serps: int | None = _FIT.prior.select_serps
+    halving: tuple[tuple[int, float], ...] = tuple(sorted(_FIT.prior.halving.items()))
 
     def __post_init__(self) -> None:
         try:
@@ -66,6 +68,8 @@ class EMOptions:
             raise ValueError("prior_warmup must be >= 1")
         if self.select_serps is not None and self.select_serps < 1:
             raise ValueError("select_serps must be >= 1 or None")
+        if any(it < 1 or margin <= 0 for it, margin in self.halving):
+            raise ValueError(f"halving: each round is (iteration >= 1, margin > 0), got {self.halving}")
 
     @classmethod
     def from_config(cls, fit: FitConfig, model: ClickModel, max_rank: int) -> "EMOptions":
@@ -76,4 +80,4 @@ class EMOptions:
         return cls(iterations=fit.iterations, tol=fit.tol, converge=fit.converge.gain,
                    converge_iterations=fit.converge.iterations, prior=prior, k_grid=fit.prior.grid,
                    prior_warmup=fit.prior.warmup, checkpoint_interval=fit.checkpoint_interval, engine=fit.engine,
-                   select_serps=fit.prior.select_serps)
+                   select_serps=fit.prior.select_serps, halving=tuple(sorted(fit.prior.halving.items())))

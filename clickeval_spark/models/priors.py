@@ -36,6 +36,12 @@ DEFAULT_WARMUP = 20
 #: on a log of more SERPs (training + valid), `k: auto`'s candidates compete on a sample of whole queries of
 #: about this many (`em.driver._select_on_sample`), so the grid's cost does not grow with the log
 DEFAULT_SELECT_SERPS = 1_000_000
+#: successive halving of `k: auto`'s candidates, {iteration: margin}: once they have scored that iteration's
+#: parameters on the valid split, a candidate whose valid LL per position trails the leader's by more than the
+#: margin stops there and is out of the choice (`em.driver._halve`). The margins shrink as the candidates'
+#: valid LL settle; measured on every candidate's valid LL at every pass (benchmarks/RESULTS.md, "Successive
+#: halving"), the winner trailed by at most 0.72 of its round's margin
+DEFAULT_HALVING = {6: 2e-3, 8: 1e-3, 12: 3e-4, 16: 1e-4}
 #: the strengths empirical Bayes chooses from, per family: 0.25 * sqrt(2)^j up to 4096
 EB_GRID = tuple(0.25 * 2 ** (j / 2) for j in range(29))
 #: PyClick's estimator: +1 / +2 in every update
