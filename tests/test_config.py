@@ -54,6 +54,9 @@ def _load(tmp_path, text, **overrides):
     ("ingest: {synthetic: {docs_per_query: 5}}", "ingest.synthetic.docs_per_query: must be >= list_size (10), got 5"),
     ("evaluate: {external: [{name: a}]}", "evaluate.external.predictions: required key is missing"),
     ("spark: {checkpoint_dir: [a]}", "spark.checkpoint_dir: expected a string, got ['a']"),
+    ("fit: {prior: {halving: {0: 0.001}}}", "fit.prior.halving.0 (a key): must be >= 1, got 0"),
+    ("fit: {prior: {halving: {six: 0.001}}}", "fit.prior.halving.six (a key): expected an integer, got 'six'"),
+    ("fit: {prior: {halving: {6: 0}}}", "fit.prior.halving.6: must be > 0, got 0"),
 ])
 def test_bad_config_names_the_key_and_allowed_values(tmp_path, text, message):
     with pytest.raises(ConfigError) as err:

@@ -144,8 +144,11 @@ def map_locations(value: Any, tp: Any, key: str, fn: Callable[[str, str, Locatio
 def _at(tp: Any, loc: tuple) -> tuple[list[str], Any, list, bool, Any]:
     """Follow pydantic's error location through the types: (key parts, type, constraints, nullable,
     innermost model). Tuple indices are left out of the key: evaluate.external.name."""
-    parts, model = [], None
+    parts, model, key_type = [], None, Any
     for part in loc:
+        if part == "[key]":   # a mapping's key broke its type's rule (the part before it is the key)
+            tp, parts[-1] = key_type, f"{parts[-1]} (a key)"
+            continue
         tp = _unwrap(tp)[0]
         if get_origin(tp) is tuple and isinstance(part, int):
             tp = _item_type(tp)
@@ -154,8 +157,10 @@ def _at(tp: Any, loc: tuple) -> tuple[list[str], Any, list, bool, Any]:
         if _is_model(tp):
             model, field = tp, tp.model_fields.get(part)
             tp = _field_type(field) if field else Any
+        elif get_origin(tp) is dict:
+            key_type, tp = get_args(tp)[0], _item_type(tp)
         else:
-            tp = _item_type(tp) if get_origin(tp) is dict else Any
+            tp = Any
     return parts, *_unwrap(tp), model
 
 

@@ -150,7 +150,7 @@ class PriorConfig(Section):
     # successive halving of `auto`'s candidates, {iteration: margin}: after scoring that iteration on valid, a
     # candidate trailing the leader's valid LL per position by more than the margin stops and is not chosen;
     # {}: every candidate runs until it stops
-    halving: dict[AtLeast1, Annotated[float, Field(gt=0)]] = Field(default_factory=lambda: dict(DEFAULT_HALVING))
+    halving: dict[AtLeast1, Annotated[float, Field(gt=0)]] = DEFAULT_HALVING
 
 
 class PriorOverride(Section):
