@@ -102,11 +102,15 @@ class Candidate:
         valid_before = self.valid_ll
         self.record(it - 1, sums, n_serps, ctx)
         post, tol = self.posterior, opts.tol
+        # why this candidate has converged (None: it has not)
         if self.chosen_at is None:   # among the candidates: today's rule, on the log posterior per SERP
-            converged = (tol is not None and self.compare_from is not None
-                         and len(post) >= 2 + self.compare_from and abs(post[-1] - post[-2]) < tol)
+            converged = (f"|d log posterior| < {tol:g} per SERP"
+                         if tol is not None and self.compare_from is not None and len(post) >= 2 + self.compare_from
+                         and abs(post[-1] - post[-2]) < tol else None)
         else:   # the chosen one going on (`driver._run`): on the training LL it may still gain
-            converged = opts.converge is not None and self.remaining_gain() < opts.converge
+            gain = self.remaining_gain()
+            converged = (f"training LL still to gain about {gain:.2e} < {opts.converge:g} per position"
+                         if opts.converge is not None and gain < opts.converge else None)
         if self.compare_from is None and (it > opts.prior_warmup or self.valid_ll < valid_before):
             # this pass's update reuses the m that produced the parameters just scored
             self.compare_from = len(post) - 1
@@ -123,12 +127,8 @@ class Candidate:
         self.unseen = {p: float(means[j]) for j, p in enumerate(model.qd_params)}
         self.unseen_by_rank = {p: by_rank[j].tolist() for j, p in enumerate(model.qd_params)}
         self.done, self.pending_secs = it, secs
-        if converged and self.chosen_at is not None:
-            log.debug("%s %s converged: training LL still to gain about %.2e < %g per position", model.name,
-                      self.label, self.remaining_gain(), opts.converge)
-            self.active = False
-        elif converged:
-            log.debug("%s %s converged: |d log posterior| < %g per SERP", model.name, self.label, tol)
+        if converged is not None:
+            log.debug("%s %s converged: %s", model.name, self.label, converged)
             self.active = False
         elif not model.iterative and not self.prior.eb:   # counted; only eb candidates count again
             self.active = False
