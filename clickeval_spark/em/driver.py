@@ -230,8 +230,6 @@ def _run(packed: PackedLog, ctx: FitContext, cands: list[Candidate], passes: Pas
     for c in cands:
         c.stop = {"rule": settled if settled != "tol" or c.done < ctx.n_passes else "cap",
                   "tol": opts.tol, "tol_passes": c.done, "passes": c.done}
-        if c.dropped_at is not None:
-            c.stop.update(rule="halving", dropped_at=c.dropped_at)
     if not (go_on and ctx.model.iterative and opts.tol is not None and opts.converge is not None):
         return final
     going = []
