@@ -76,8 +76,11 @@ def priors_html(params: list[dict], fits: list[dict], models: list[str]) -> str:
             grid = ", ".join(f"{_strength(g['k'], g.get('seen_means'))}: {_num(g['valid_ll'])}"
                              + (f" (out after iteration {g['dropped_at']})" if "dropped_at" in g else "")
                              for g in sel["grid"])
-            chosen[f["job"].split(":", 1)[1]] = (f"{_strength(sel['chosen_k'], sel.get('chosen_seen_means'))} "
-                                                 f"of {{{grid}}}")
+            strength = _strength(sel['chosen_k'], sel.get('chosen_seen_means'))
+            reused = sel.get("reused")   # a daily run's reuse of a recent choice (fit.prior.reuse)
+            chosen[f["job"].split(":", 1)[1]] = (
+                f"{strength} reused from run {reused['run_id']} (valid LL {_num(reused['valid_ll_now'])}, "
+                f"then {_num(reused['valid_ll_then'])})" if reused else f"{strength} of {{{grid}}}")
     by_model: dict[str, dict] = {}
     for r in params:
         spec = by_model.setdefault(r["model"], {"kind": "", "k": {}, "m": {}})

@@ -57,6 +57,8 @@ def _load(tmp_path, text, **overrides):
     ("fit: {prior: {halving: {0: 0.001}}}", "fit.prior.halving.0 (a key): must be >= 1, got 0"),
     ("fit: {prior: {halving: {six: 0.001}}}", "fit.prior.halving.six (a key): expected an integer, got 'six'"),
     ("fit: {prior: {halving: {6: 0}}}", "fit.prior.halving.6: must be > 0, got 0"),
+    ("fit: {prior: {reuse: {days: 0}}}", "fit.prior.reuse.days: must be >= 1 or null, got 0"),
+    ("fit: {prior: {reuse: {margin: -1.0e-3}}}", "fit.prior.reuse.margin: must be > 0, got -0.001"),
 ])
 def test_bad_config_names_the_key_and_allowed_values(tmp_path, text, message):
     with pytest.raises(ConfigError) as err:

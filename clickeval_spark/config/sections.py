@@ -14,8 +14,8 @@ from clickeval_spark.config.base import (CLICK_MODES, DATABASE_PATTERN, EM_MODEL
 from clickeval_spark.config.fields import Day, Invalid, Location, Text, Tuple, distinct, matching, strength
 from clickeval_spark.config.locations import check_day_placeholders, fill_day, names_day
 from clickeval_spark.models import ENGINES as FIT_ENGINES, MODELS  # the kernel registry (numpy only: no Spark at config time)
-from clickeval_spark.models.priors import (DEFAULT_HALVING, DEFAULT_K_GRID, DEFAULT_SELECT_SERPS, DEFAULT_WARMUP,
-                                           SEEN_MEANS)
+from clickeval_spark.models.priors import (DEFAULT_HALVING, DEFAULT_K_GRID, DEFAULT_REUSE_MARGIN, DEFAULT_SELECT_SERPS,
+                                           DEFAULT_WARMUP, SEEN_MEANS)
 
 
 class SparkConfig(Section):
@@ -131,6 +131,17 @@ class IngestConfig(Section):
         return self
 
 
+class ReuseConfig(Section):
+    """fit.prior.reuse: a daily run fits the candidate that `k: auto` chose in this dataset's latest fit of the
+    model (the `runs` table, at most ``days`` days old) instead of the whole selection, if that fit's valid LL
+    per position and today's differ by at most ``margin``; otherwise, or with no such fit, the whole selection
+    runs (`em.driver._reuse`). Off (``days`` null) by default."""
+    # how old (days, by the runs table's finished_at) the fit whose choice is reused may be; null: never reuse
+    days: AtLeast1 | None = None
+    # the valid LL per position today may differ from the reused fit's by at most this; more: select again
+    margin: Annotated[float, Field(gt=0)] = DEFAULT_REUSE_MARGIN
+
+
 class PriorConfig(Section):
     """The Beta prior of every parameter family (models/priors.py): value = (num + k m) / (den + k).
 
@@ -151,6 +162,8 @@ class PriorConfig(Section):
     # candidate trailing the leader's valid LL per position by more than the margin stops and is not chosen;
     # {}: every candidate runs until it stops
     halving: dict[AtLeast1, Annotated[float, Field(gt=0)]] = DEFAULT_HALVING
+    # daily runs: the choice of this dataset's latest fit, while its valid LL holds (ReuseConfig)
+    reuse: ReuseConfig = ReuseConfig()
 
 
 class PriorOverride(Section):

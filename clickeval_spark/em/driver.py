@@ -71,7 +71,8 @@ def fit_groups(packed: PackedLog, model: ClickModel, options: EMOptions | None =
     fits = _fit_groups(packed, model, opts, log, on_pass)
     if not opts.select_on_held_out or not any(group.n_held_out for group in packed.groups):
         return [_as_model(f, model, "em", None) for f in fits]
-    counted = _fit_groups(packed, model.counting, opts, log, on_pass)
+    # the recent choice (fit.prior.reuse) is the EM estimator's; counting's candidates compete in their one pass
+    counted = _fit_groups(packed, model.counting, replace(opts, reuse=None), log, on_pass)
     return [_better_estimator(model, em, count, log) for em, count in zip(fits, counted)]
 
 
@@ -134,7 +135,9 @@ def _summary(model: ClickModel, fits: list[FittedModel], labels: list[str], engi
     passes = max(len(f.history) - 1 for f in fits)
     labels = [f.prior_spec["kind"] if label == "-" else label for f, label in zip(fits, labels)]
     chosen = [f.selection for f in fits if f.selection]
-    how = (" chosen by valid LL" + (" on a sample of queries" if any("sample" in s for s in chosen) else "")
+    reused = [s["reused"]["run_id"] for s in chosen if "reused" in s]
+    how = (f" reused from run {reused[0]}" if reused else
+           " chosen by valid LL" + (" on a sample of queries" if any("sample" in s for s in chosen) else "")
            if chosen else "")
     return (f"{model.name}: " + (f"{len(fits)} fits, " if len(fits) > 1 else "")
             + f"{passes} pass{'' if passes == 1 else 'es'}, prior {', '.join(sorted(set(labels)))}{how}, "
@@ -180,7 +183,8 @@ def _fit(packed: PackedLog, ctx: FitContext) -> tuple[list[FittedModel], list[st
         pooled=any(f.k > 0 and f.m is None for c in cands for f in (*c.prior.qd.values(), *c.prior.glob.values())))
     for c in cands:
         _set_start(c, ctx.pooled)
-    sampled = _select_on_sample(packed, ctx, cands, grids)
+    reused = _reuse(ctx, cands, grids)
+    sampled = reused or _select_on_sample(packed, ctx, cands, grids)
     if sampled is not None:   # only the chosen candidate goes on, from the start, on the whole log
         cands, sample_selection = sampled
     passes = None
@@ -205,6 +209,15 @@ def _fit(packed: PackedLog, ctx: FitContext) -> tuple[list[FittedModel], list[st
                      else _selection(cands, mine, slot, grids[g], packed.groups[g].n_held_out, model, log))
         qd = qd_all if len(packed.groups) == 1 else qd_all.where(F.col("group") == g)
         ppl = (final[mine[slot]]["ppl_n"], final[mine[slot]]["ppl_ln"]) if opts.ppl_eps is not None else None
+        if reused is not None:
+            selection = _reused_selection(best, selection, grids[g], packed.groups[g].n_held_out)
+            if not selection["reused"]["held"]:   # the log has moved: every candidate competes again
+                log.info("%s: the choice of run %s (%s) no longer holds: valid LL per position %.6f, then %.6f; "
+                         "selecting again", model.name, opts.reuse.run_id, best.prior_label, best.valid_ll,
+                         opts.reuse.valid_ll)
+                fits, labels = _fit(packed, replace(ctx, opts=replace(opts, reuse=None)))
+                return [replace(f, selection={**f.selection, "reuse_refused": selection["reused"]})
+                        if f.selection else f for f in fits], labels
         out.append(best.fitted(model, M, ctx.prior, qd.drop("group"), selection, ppl))
         labels.append(best.prior_label)
     return out, labels
@@ -328,6 +341,38 @@ def _select_on_sample(packed: PackedLog, ctx: FitContext, cands: list[Candidate]
     fresh = replace(_candidates(packed, ctx)[1][mine[slot]], competes=False)
     _set_start(fresh, ctx.pooled)
     return [fresh], selection
+
+
+def _reuse(ctx: FitContext, cands: list[Candidate], grids: list) -> tuple[list[Candidate], dict] | None:
+    """With ``opts.reuse`` (fit.prior.reuse: a recent fit's choice, found by the fit stage), that candidate
+    alone, fresh, and the start of its selection record (`_reused_selection`); None: the candidates compete
+    (no recent choice, one candidate anyway, a grouped log, or a choice that is not one of today's).
+
+    A candidate's passes do not depend on the others', so it fits as it would among all of them: the fit is
+    the one the whole selection would give whenever it would choose the same. Whether the choice still
+    holds is read after the fit, from its valid LL (`_fit`)."""
+    recent = ctx.opts.reuse
+    if recent is None or len(grids) != 1 or len(cands) < 2:
+        return None
+    entry = (Strength.EB if recent.k == Strength.EB.value else float(recent.k), recent.seen_means)
+    if entry not in grids[0]:
+        ctx.log.info("%s: the choice of run %s (k %s, seen means %s) is not one of today's candidates; selecting",
+                     ctx.model.name, recent.run_id, recent.k, recent.seen_means)
+        return None
+    return ([replace(cands[grids[0].index(entry)], competes=False)],
+            {"reused": {"run_id": recent.run_id, "valid_ll_then": recent.valid_ll, "margin": recent.margin}})
+
+
+def _reused_selection(c: Candidate, record: dict, grid: list, n_valid: int) -> dict:
+    """The selection record of a reused choice ``c`` after its fit: `_selection`'s keys (its grid holds ``c``
+    alone), and whether its valid LL held (within the margin of the reused fit's)."""
+    reused = record["reused"]
+    held = abs(c.valid_ll - reused["valid_ll_then"]) <= reused["margin"]
+    k, seen_means = next(entry for entry in grid if entry[0] == c.choice and entry[1] == c.prior.seen_means[0])
+    return {"grid": [{"k": k, "seen_means": seen_means, "valid_ll": c.valid_ll, "iterations": c.done,
+                      **({"strengths": c.strengths()} if k == Strength.EB else {})}],
+            "chosen_k": k, "chosen_seen_means": seen_means, "n_valid_serps": n_valid,
+            "reused": {**reused, "valid_ll_now": c.valid_ll, "held": held}}
 
 
 def _halve(stepped: list[Candidate], ctx: FitContext) -> None:

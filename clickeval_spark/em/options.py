@@ -15,6 +15,22 @@ _FIT = FitConfig()
 
 
 @dataclass(frozen=True)
+class RecentChoice:
+    """What `k: auto` chose in a recent fit of the same model on the same dataset (its `runs` row), for a daily
+    run to fit alone while its valid LL holds (fit.prior.reuse, `driver._reuse`).
+
+    run_id: the run whose choice it is. k: a grid strength, or "eb". seen_means: "pooled" or "rank".
+    valid_ll: that fit's valid LL per position. margin: today's may differ by at most this.
+    """
+
+    run_id: str
+    k: float | str
+    seen_means: str
+    valid_ll: float
+    margin: float
+
+
+@dataclass(frozen=True)
 class EMOptions:
     """How a fit runs (DESIGN's fit stage; README "How a fit runs").
 
@@ -38,6 +54,8 @@ class EMOptions:
     select_serps: on a larger log the candidates compete on a query sample of about this many SERPs
         (`driver._select_on_sample`); None: on the whole log.
     halving: successive halving of the candidates, (iteration, margin) pairs (`driver._halve`); (): none.
+    reuse: a recent fit's choice to fit alone instead of the candidates while its valid LL holds
+        (`driver._reuse`); None: the candidates compete.
     """
 
     iterations: int = _FIT.iterations
@@ -54,6 +72,7 @@ class EMOptions:
     compiled: bool | None = None
     select_serps: int | None = _FIT.prior.select_serps
     halving: tuple[tuple[int, float], ...] = tuple(sorted(_FIT.prior.halving.items()))
+    reuse: RecentChoice | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -72,12 +91,15 @@ class EMOptions:
             raise ValueError(f"halving: each round is (iteration >= 1, margin > 0), got {self.halving}")
 
     @classmethod
-    def from_config(cls, fit: FitConfig, model: ClickModel, max_rank: int) -> "EMOptions":
-        """The options of the fit stage's ``model`` from the config's ``fit`` section."""
+    def from_config(cls, fit: FitConfig, model: ClickModel, max_rank: int,
+                    reuse: RecentChoice | None = None) -> "EMOptions":
+        """The options of the fit stage's ``model`` from the config's ``fit`` section (and the recent choice the
+        stage found for it, with fit.prior.reuse)."""
         kind, k, families = fit.prior_overrides(model.name)
         prior = model_prior(model, max_rank, kind, k, families, rank_means=fit.prior.rank_means,
                             seen_means=fit.prior.seen_means)
         return cls(iterations=fit.iterations, tol=fit.tol, converge=fit.converge.gain,
                    converge_iterations=fit.converge.iterations, prior=prior, k_grid=fit.prior.grid,
                    prior_warmup=fit.prior.warmup, checkpoint_interval=fit.checkpoint_interval, engine=fit.engine,
-                   select_serps=fit.prior.select_serps, halving=tuple(sorted(fit.prior.halving.items())))
+                   select_serps=fit.prior.select_serps, halving=tuple(sorted(fit.prior.halving.items())),
+                   reuse=reuse)

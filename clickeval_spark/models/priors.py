@@ -42,6 +42,9 @@ DEFAULT_SELECT_SERPS = 1_000_000
 #: valid LL settle; measured on every candidate's valid LL at every pass (benchmarks/RESULTS.md, "Successive
 #: halving"), the winner trailed by at most 0.72 of its round's margin
 DEFAULT_HALVING = {6: 2e-3, 8: 1e-3, 12: 3e-4, 16: 1e-4}
+#: fit.prior.reuse.margin: how far (nats per valid position) today's valid LL of a reused choice may lie from
+#: the reused fit's before the whole selection runs again
+DEFAULT_REUSE_MARGIN = 1e-3
 #: the strengths empirical Bayes chooses from, per family: 0.25 * sqrt(2)^j up to 4096
 EB_GRID = tuple(0.25 * 2 ** (j / 2) for j in range(29))
 #: PyClick's estimator: +1 / +2 in every update

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from contextlib import ExitStack
 from functools import reduce
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
 
 from clickeval_spark import progress
 from clickeval_spark.context import StageContext
 from clickeval_spark.em import EMOptions, fit, pack_serps
+from clickeval_spark.em.options import RecentChoice
 from clickeval_spark.learned import train_lcm
 from clickeval_spark.models import LEARNED, get_model
 
@@ -31,6 +34,7 @@ def run(ctx: StageContext) -> dict[str, list]:
     # packed once: every model's EM runs on the same query blocks
     packed = (pack_serps(ctx.serps(("train",)), max_rank=fcfg.max_rank, held_out=ctx.serps(("valid",)))
               if any(name not in LEARNED for name in fcfg.models) else None)
+    recent = _recent_choices(ctx) if fcfg.prior.reuse.days is not None else {}
     try:
         with ExitStack() as open_runs:
             for name in fcfg.models:
@@ -42,8 +46,8 @@ def run(ctx: StageContext) -> dict[str, list]:
                     continue
                 model = get_model(name)
                 with progress.current().em(name) as on_pass:
-                    fitted = fit(packed, model, EMOptions.from_config(fcfg, model, packed.max_rank), logger=log,
-                                 on_pass=on_pass)
+                    fitted = fit(packed, model, EMOptions.from_config(fcfg, model, packed.max_rank, recent.get(name)),
+                                 logger=log, on_pass=on_pass)
                 rows.append(fitted.to_rows(ctx.run_id))
                 run.counts["iterations"] = max(0, len(fitted.history) - 1)
                 run.details["history"] = [{"iteration": i, "train_ll": ll, "log_posterior": lp, "seconds": s}
@@ -53,8 +57,9 @@ def run(ctx: StageContext) -> dict[str, list]:
                 if fitted.selection is not None:
                     run.details["prior_selection"] = fitted.selection
                 histories[name] = fitted.history
-                chosen = (f", prior {_chosen(fitted)} by valid LL" if fitted.selection
-                          else f", prior {fitted.prior_spec['kind']}")
+                chosen = (f", prior {fitted.prior_spec['kind']}" if not fitted.selection
+                          else f", prior {_chosen(fitted)} reused from run {fitted.selection['reused']['run_id']}"
+                          if "reused" in fitted.selection else f", prior {_chosen(fitted)} by valid LL")
                 if "estimator_valid_ll" in fitted.prior_spec:   # a model with two estimators (SDBN): valid chose
                     chosen += f", estimator {fitted.prior_spec['estimator']} by valid LL"
                 valid_ll = "" if fitted.valid_ll is None else f", valid LL per position {fitted.valid_ll:.4f}"
@@ -66,6 +71,32 @@ def run(ctx: StageContext) -> dict[str, list]:
         if packed is not None:
             packed.unpersist()
     return histories
+
+
+def _recent_choices(ctx: StageContext) -> dict[str, RecentChoice]:
+    """fit.prior.reuse: per EM model, what `k: auto` chose in this dataset's latest succeeded fit of it in
+    another run, at most fit.prior.reuse.days old (its `runs` row: one row a model, never per-SERP data).
+    A fit whose counting estimator won (SDBN's, valid's choice) or whose prior was not chosen has none."""
+    reuse = ctx.cfg.fit.prior.reuse
+    if not ctx.exists("runs"):
+        return {}
+    jobs = [f"fit:{name}" for name in ctx.cfg.fit.models if name not in LEARNED]
+    latest = Window.partitionBy("job").orderBy(F.col("finished_at").desc(), F.col("run_id").desc())
+    rows = (ctx.read("runs")
+            .where((F.col("dataset") == ctx.dataset) & F.col("job").isin(*jobs) & (F.col("status") == "succeeded")
+                   & (F.col("run_id") != ctx.run_id)
+                   & (F.col("finished_at") >= F.current_timestamp() - F.make_interval(days=F.lit(reuse.days))))
+            .withColumn("latest", F.row_number().over(latest)).where(F.col("latest") == 1)
+            .select("run_id", "job", "details").collect())
+    recent = {}
+    for row in rows:
+        details = json.loads(row["details"] or "{}")
+        sel, estimator = details.get("prior_selection"), details.get("prior", {}).get("estimator", "em")
+        if sel and estimator == "em" and details.get("valid_ll") is not None:
+            recent[row["job"].split(":", 1)[1]] = RecentChoice(
+                run_id=row["run_id"], k=sel["chosen_k"], seen_means=sel["chosen_seen_means"],
+                valid_ll=details["valid_ll"], margin=reuse.margin)
+    return recent
 
 
 def _fit_learned(ctx: StageContext, run):

@@ -1,0 +1,121 @@
+"""fit.prior.reuse: a daily run fits the recent choice of `k: auto` alone (`em.driver._reuse`). While its valid LL
+holds, the fit is the one the whole selection gives when it chooses the same, bit for bit, for one candidate's
+passes; when it does not hold, or the choice is not one of today's candidates, every candidate competes again.
+The fit stage finds the choice in the `runs` table (`stages.fit._recent_choices`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from clickeval_spark.em import fit, pack_serps
+from clickeval_spark.em.options import RecentChoice
+from clickeval_spark.models import get_model
+from clickeval_spark.report_html import priors_html
+from tests.em.logs import split_log
+
+M = 5
+OPTIONS = dict(iterations=12, tol=None, max_rank=M, k_grid=(0.5, 4.0, 64.0), halving=())
+
+
+@pytest.fixture(scope="module")
+def small(spark, make_log):
+    """DCM on 1,600 SERPs of 120 queries, a quarter held out: packed train + valid."""
+    log = make_log(get_model("dcm"), n_serps=1600, M=M, seed=32, n_queries=120)
+    train_df, valid_df = split_log(spark, log, np.arange(len(log.rows)) % 4 == 0)
+    packed = pack_serps(train_df, max_rank=M, held_out=valid_df)
+    yield packed
+    packed.unpersist()
+
+
+@pytest.fixture(scope="module")
+def full(small):
+    return fit(small, get_model("dcm"), **OPTIONS)
+
+
+def _recent(full, **changes) -> RecentChoice:
+    sel = full.selection
+    return RecentChoice(**{"run_id": "day-1", "k": sel["chosen_k"], "seen_means": sel["chosen_seen_means"],
+                           "valid_ll": full.valid_ll, "margin": 1e-3, **changes})
+
+
+def test_a_choice_that_holds_is_fitted_alone_as_among_all(small, full, caplog):
+    with caplog.at_level(logging.DEBUG, logger="clickeval_spark.em.driver"):
+        reused = fit(small, get_model("dcm"), reuse=_recent(full, valid_ll=full.valid_ll + 4e-4), **OPTIONS)
+    # one candidate's passes: the fit's log has the iterations of one candidate only (of four in the full fit: 3 strengths and eb)
+    fitted = {r.getMessage().split(" iteration ")[0] for r in caplog.records if " iteration " in r.getMessage()}
+    assert len(fitted) == 1 and len(full.selection["grid"]) == 4
+    assert [h[1] for h in reused.history] == [h[1] for h in full.history]
+    assert reused.valid_ll == full.valid_ll
+    sel = reused.selection
+    assert (sel["chosen_k"], sel["chosen_seen_means"]) == (full.selection["chosen_k"], full.selection["chosen_seen_means"])
+    assert sel["reused"] == {"run_id": "day-1", "valid_ll_then": full.valid_ll + 4e-4, "margin": 1e-3,
+                             "valid_ll_now": full.valid_ll, "held": True}
+    assert [e["valid_ll"] for e in sel["grid"]] == [full.valid_ll]
+    json.dumps(sel)   # it goes into runs.details as it is
+
+
+def test_a_choice_whose_valid_ll_moved_is_selected_again(small, full):
+    moved = _recent(full, k=0.5 if full.selection["chosen_k"] != 0.5 else 64.0, valid_ll=full.valid_ll - 0.05)
+    again = fit(small, get_model("dcm"), reuse=moved, **OPTIONS)
+    # the whole selection ran: its grid and choice are the full fit's, and the refusal is recorded
+    assert again.selection["grid"] == full.selection["grid"]
+    assert [h[1] for h in again.history] == [h[1] for h in full.history]
+    refused = again.selection["reuse_refused"]
+    assert refused["held"] is False and refused["run_id"] == "day-1"
+    assert abs(refused["valid_ll_now"] - refused["valid_ll_then"]) > refused["margin"]
+
+
+def test_a_choice_outside_todays_grid_is_not_reused(small, full):
+    stray = fit(small, get_model("dcm"), reuse=_recent(full, k=1000.0), **OPTIONS)
+    assert stray.selection["grid"] == full.selection["grid"]
+    assert "reused" not in stray.selection and "reuse_refused" not in stray.selection
+
+
+def test_the_fit_stage_reuses_the_latest_choice_of_the_dataset(spark, tmp_path):
+    """Two fit runs on one small synthetic dataset: the second reuses the first's choice of every model that
+    had one (its valid LL is the same: the same log), records it in runs.details, and writes the same params."""
+    from pyspark.sql import functions as F
+
+    from clickeval_spark.config import PROJECT_ROOT, load_config
+    from clickeval_spark.context import StageContext
+    from clickeval_spark.stages import STAGES
+
+    warehouse = str(tmp_path / "wh")
+    cfg = load_config(PROJECT_ROOT / "conf" / "local.yaml", {
+        "spark.warehouse": warehouse, "ingest.synthetic.n_serps": 1500, "ingest.synthetic.n_queries": 40,
+        "fit.models": ["dctr", "pbm", "sdbn"], "fit.prior.reuse.days": 1})
+    STAGES["ingest"](StageContext(spark, cfg, warehouse, "reuse-day-1"))
+    for run_id in ("reuse-day-1", "reuse-day-2"):
+        STAGES["fit"](StageContext(spark, cfg, warehouse, run_id))
+    ctx = StageContext(spark, cfg, warehouse, "reuse-day-2")
+    rows = {r["run_id"] + "/" + r["job"]: json.loads(r["details"])
+            for r in ctx.collected("runs", F.col("job").startswith("fit:"), ["run_id", "job", "details"])}
+    for name in ("dctr", "pbm", "sdbn"):
+        first, second = rows[f"reuse-day-1/fit:{name}"], rows[f"reuse-day-2/fit:{name}"]
+        assert "reused" not in first["prior_selection"]
+        if first["prior"].get("estimator", "em") != "em":   # counting won: its candidates compete again
+            assert "reused" not in second["prior_selection"]
+            continue
+        reused = second["prior_selection"]["reused"]
+        assert reused == {"run_id": "reuse-day-1", "valid_ll_then": first["valid_ll"], "margin": 1e-3,
+                          "valid_ll_now": first["valid_ll"], "held": True}
+        chosen = [first["prior_selection"][key] for key in ("chosen_k", "chosen_seen_means")]
+        assert [second["prior_selection"][key] for key in ("chosen_k", "chosen_seen_means")] == chosen
+        assert len(second["prior_selection"]["grid"]) == 1 < len(first["prior_selection"]["grid"])
+    params = ctx.read("model_params").where(F.col("model").isin("dctr", "pbm"))
+    day_1, day_2 = (params.where(F.col("run_id") == r).drop("run_id") for r in ("reuse-day-1", "reuse-day-2"))
+    assert day_1.exceptAll(day_2).count() == 0 and day_2.exceptAll(day_1).count() == 0
+
+
+def test_the_report_says_the_choice_was_reused():
+    sel = {"chosen_k": "eb", "chosen_seen_means": "rank",
+           "grid": [{"k": "eb", "seen_means": "rank", "valid_ll": -0.27111, "iterations": 41}],
+           "reused": {"run_id": "daily-2026-12-06", "valid_ll_then": -0.27158, "valid_ll_now": -0.27111,
+                      "margin": 1e-3, "held": True}}
+    params = [{"model": "dbn", "param": "prior_kind:beta", "rank": None, "value": 1.0}]
+    page = priors_html(params, [{"job": "fit:dbn", "details": json.dumps({"prior_selection": sel})}], ["dbn"])
+    assert "eb/rank reused from run daily-2026-12-06 (valid LL -0.2711, then -0.2716)" in page
