@@ -78,6 +78,14 @@ def test_overrides_are_validated_too(tmp_path):
         _load(tmp_path, "{}", **{"fit.tol": -1})
 
 
+def test_an_override_under_a_mapping_override_leaves_the_callers_mapping_alone(tmp_path):
+    shared = {"fit.prior": {"kind": "beta", "k": "auto"}}   # a module constant, as benchmarks.run's PACKAGE_FIT
+    on = _load(tmp_path, "{}", **shared, **{"fit.prior.reuse.days": 1})
+    off = _load(tmp_path, "{}", **shared)
+    assert (on.fit.prior.reuse.days, off.fit.prior.reuse.days) == (1, None)
+    assert shared == {"fit.prior": {"kind": "beta", "k": "auto"}}
+
+
 def test_run_id_pattern():
     assert validate_run_id("scheduled__2026-11-29T00:00:00") == "scheduled__2026-11-29T00:00:00"
     for bad in ["", "a b", "a;b", "-x", "x" * 200]:

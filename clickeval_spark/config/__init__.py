@@ -11,6 +11,7 @@ start-up. URIs (s3a://, abfss://, file:/) and absolute paths are kept as they ar
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Annotated, Any, Mapping
 
@@ -96,7 +97,8 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
             if not isinstance(node, dict):
                 # e.g. --set ingest.dataset.x=1: ingest.dataset is a value, not a section
                 raise ConfigError(f"{'.'.join(parents[:i + 1])}: is {node!r}, not a section; cannot set {dotted}")
-        node[leaf] = value
+        # a copy: a later override under this key must not write into the caller's mapping (a shared constant)
+        node[leaf] = copy.deepcopy(value)
     return AppConfig.model_validate(data)   # through Section.__init__, which raises ConfigError
 
 
