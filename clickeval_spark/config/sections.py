@@ -133,9 +133,9 @@ class IngestConfig(Section):
 
 class ReuseConfig(Section):
     """fit.prior.reuse: a daily run fits the candidate that `k: auto` chose in this dataset's latest fit of the
-    model (the `runs` table, at most ``days`` days old) instead of the whole selection, if that fit's valid LL
-    per position and today's differ by at most ``margin``; otherwise, or with no such fit, the whole selection
-    runs (`em.driver._reuse`). Off (``days`` null) by default."""
+    model that ran the whole selection (the `runs` table, at most ``days`` days old) instead of the whole
+    selection, if that fit's valid LL per position and today's differ by at most ``margin``; otherwise, or with
+    no such fit, the whole selection runs (`em.driver._reuse`). Off (``days`` null) by default."""
     # how old (days, by the runs table's finished_at) the fit whose choice is reused may be; null: never reuse
     days: AtLeast1 | None = None
     # the valid LL per position today may differ from the reused fit's by at most this; more: select again

@@ -74,8 +74,10 @@ def run(ctx: StageContext) -> dict[str, list]:
 
 
 def _recent_choices(ctx: StageContext) -> dict[str, RecentChoice]:
-    """fit.prior.reuse: per EM model, what `k: auto` chose in this dataset's latest succeeded fit of it in
-    another run, at most fit.prior.reuse.days old (its `runs` row: one row a model, never per-SERP data).
+    """fit.prior.reuse: per EM model, what `k: auto` chose in this dataset's latest succeeded fit of it that ran
+    the whole selection, in another run at most fit.prior.reuse.days old (its `runs` row: one row a model, never
+    per-SERP data). A fit that reused a choice is skipped, so the choice is made again every `days` days and
+    each day's valid LL is held against the selection's, not against yesterday's (small moves cannot add up).
     A fit whose counting estimator won (SDBN's, valid's choice) or whose prior was not chosen has none."""
     reuse = ctx.cfg.fit.prior.reuse
     if not ctx.exists("runs"):
@@ -85,6 +87,7 @@ def _recent_choices(ctx: StageContext) -> dict[str, RecentChoice]:
     rows = (ctx.read("runs")
             .where((F.col("dataset") == ctx.dataset) & F.col("job").isin(*jobs) & (F.col("status") == "succeeded")
                    & (F.col("run_id") != ctx.run_id)
+                   & F.get_json_object("details", "$.prior_selection.reused.run_id").isNull()
                    & (F.col("finished_at") >= F.current_timestamp() - F.make_interval(days=F.lit(reuse.days))))
             .withColumn("latest", F.row_number().over(latest)).where(F.col("latest") == 1)
             .select("run_id", "job", "details").collect())
