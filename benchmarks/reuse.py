@@ -36,8 +36,9 @@ def _fit_stage(spark, cfg: AppConfig, warehouse: str, run_id: str) -> tuple[floa
     secs = time.perf_counter() - t
     per_model, _pack = fit_seconds(ctx, t0, secs)
     rows = ctx.this_run("runs").where(F.col("job").startswith("fit:")).select("job", "counts", "details").collect()
-    return secs, per_model, {r["job"].split(":", 1)[1]: {**json.loads(r["details"]), "passes": r["counts"]["iterations"]}
-                             for r in rows}
+    details = {r["job"].split(":", 1)[1]: {**json.loads(r["details"]), "passes": r["counts"]["iterations"]}
+               for r in rows}
+    return secs, per_model, details
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,10 +64,11 @@ def main(argv: list[str] | None = None) -> int:
                 a, b = full_d[name], reuse_d[name]
                 sel_a, sel_b = a.get("prior_selection") or {}, b.get("prior_selection") or {}
                 reused = sel_b.get("reused") or sel_b.get("reuse_refused") or {}
-                print(f"  {name}: {full_m[name]:.1f} -> {reuse_m[name]:.1f} s (ratio {reuse_m[name] / full_m[name]:.2f}), "
-                      f"passes {a['passes']} / {b['passes']}, choice {sel_a.get('chosen_k')}/{sel_a.get('chosen_seen_means')}"
-                      f" / {sel_b.get('chosen_k')}/{sel_b.get('chosen_seen_means')}, candidates {len(sel_a.get('grid', []))}"
-                      f" / {len(sel_b.get('grid', []))}, held {reused.get('held')}, "
+                choice = [f"{sel.get('chosen_k')}/{sel.get('chosen_seen_means')}" for sel in (sel_a, sel_b)]
+                print(f"  {name}: {full_m[name]:.1f} -> {reuse_m[name]:.1f} s "
+                      f"(ratio {reuse_m[name] / full_m[name]:.2f}), passes {a['passes']} / {b['passes']}, "
+                      f"choice {choice[0]} / {choice[1]}, candidates {len(sel_a.get('grid', []))} / "
+                      f"{len(sel_b.get('grid', []))}, held {reused.get('held')}, "
                       f"the same valid LL bit for bit: {a.get('valid_ll') == b.get('valid_ll')}", flush=True)
     finally:
         spark.stop()

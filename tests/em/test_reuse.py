@@ -45,17 +45,30 @@ def _recent(full, **changes) -> RecentChoice:
 def test_a_choice_that_holds_is_fitted_alone_as_among_all(small, full, caplog):
     with caplog.at_level(logging.DEBUG, logger="clickeval_spark.em.driver"):
         reused = fit(small, get_model("dcm"), reuse=_recent(full, valid_ll=full.valid_ll + 4e-4), **OPTIONS)
-    # one candidate's passes: the fit's log has the iterations of one candidate only (of four in the full fit: 3 strengths and eb)
+    # one candidate's passes: the fit's log has one candidate's iterations (the full fit's four: 3 strengths, eb)
     fitted = {r.getMessage().split(" iteration ")[0] for r in caplog.records if " iteration " in r.getMessage()}
     assert len(fitted) == 1 and len(full.selection["grid"]) == 4
     assert [h[1] for h in reused.history] == [h[1] for h in full.history]
     assert reused.valid_ll == full.valid_ll
     sel = reused.selection
-    assert (sel["chosen_k"], sel["chosen_seen_means"]) == (full.selection["chosen_k"], full.selection["chosen_seen_means"])
+    assert [sel[key] for key in ("chosen_k", "chosen_seen_means")] == [
+        full.selection[key] for key in ("chosen_k", "chosen_seen_means")]
     assert sel["reused"] == {"run_id": "day-1", "valid_ll_then": full.valid_ll + 4e-4, "margin": 1e-3,
                              "valid_ll_now": full.valid_ll, "held": True}
     assert [e["valid_ll"] for e in sel["grid"]] == [full.valid_ll]
     json.dumps(sel)   # it goes into runs.details as it is
+
+
+def test_a_reused_choice_stops_and_goes_on_as_the_chosen_one_does(small):
+    """With fit.tol and fit.converge (conf/cluster.yaml's), the reused candidate stops by tol and goes on to
+    converge exactly as the chosen one of the whole selection does: the same passes, the same stop record."""
+    opts = {**OPTIONS, "iterations": 40, "tol": 1e-4, "converge": 3e-6, "halving": ((6, 2e-3), (8, 1e-3))}
+    whole = fit(small, get_model("dcm"), **opts)
+    reused = fit(small, get_model("dcm"), reuse=_recent(whole), **opts)
+    assert whole.prior_spec["stop"]["passes"] > whole.prior_spec["stop"]["tol_passes"]   # it went on
+    assert reused.prior_spec["stop"] == whole.prior_spec["stop"]
+    assert [h[1] for h in reused.history] == [h[1] for h in whole.history]
+    assert reused.valid_ll == whole.valid_ll and reused.selection["reused"]["held"]
 
 
 def test_a_choice_whose_valid_ll_moved_is_selected_again(small, full):
