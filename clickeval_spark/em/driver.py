@@ -19,7 +19,8 @@ import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from clickeval_spark.em.blocks import PackedLog, checkpointed, cluster_slots, pack_serps, qd_table, sample_of
+from clickeval_spark.em.blocks import (PackedLog, checkpointed, cluster_slots, pack_serps, qd_table, release,
+                                      sample_of)
 from clickeval_spark.em.candidates import Candidate, candidate_prior
 from clickeval_spark.em.context import FitContext, OnPass
 from clickeval_spark.em.options import EMOptions
@@ -215,6 +216,7 @@ def _fit(packed: PackedLog, ctx: FitContext) -> tuple[list[FittedModel], list[st
                 log.info("%s: the choice of run %s (%s) no longer holds: valid LL per position %.6f, then %.6f; "
                          "selecting again", model.name, opts.reuse.run_id, best.prior_label, best.valid_ll,
                          opts.reuse.valid_ll)
+                release(qd_all)   # the reused fit's table: not kept
                 fits, labels = _fit(packed, replace(ctx, opts=replace(opts, reuse=None)))
                 return [replace(f, selection={**f.selection, "reuse_refused": selection["reused"]})
                         if f.selection else f for f in fits], labels

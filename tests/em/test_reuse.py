@@ -71,9 +71,12 @@ def test_a_reused_choice_stops_and_goes_on_as_the_chosen_one_does(small):
     assert reused.valid_ll == whole.valid_ll and reused.selection["reused"]["held"]
 
 
-def test_a_choice_whose_valid_ll_moved_is_selected_again(small, full):
+def test_a_choice_whose_valid_ll_moved_is_selected_again(spark, small, full):
     moved = _recent(full, k=0.5 if full.selection["chosen_k"] != 0.5 else 64.0, valid_ll=full.valid_ll - 0.05)
+    before = set(spark.sparkContext._jsc.getPersistentRDDs().keySet())
     again = fit(small, get_model("dcm"), reuse=moved, **OPTIONS)
+    # only the selection's qd table stays persisted: the refused fit's is freed
+    assert len(set(spark.sparkContext._jsc.getPersistentRDDs().keySet()) - before) == 1
     # the whole selection ran: its grid and choice are the full fit's, and the refusal is recorded
     assert again.selection["grid"] == full.selection["grid"]
     assert [h[1] for h in again.history] == [h[1] for h in full.history]
