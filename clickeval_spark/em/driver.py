@@ -211,7 +211,7 @@ def _fit(packed: PackedLog, ctx: FitContext) -> tuple[list[FittedModel], list[st
         qd = qd_all if len(packed.groups) == 1 else qd_all.where(F.col("group") == g)
         ppl = (final[mine[slot]]["ppl_n"], final[mine[slot]]["ppl_ln"]) if opts.ppl_eps is not None else None
         if reused is not None:
-            selection = _reused_selection(best, selection, grids[g], packed.groups[g].n_held_out)
+            selection = _reused_selection(best, selection, packed.groups[g].n_held_out)
             if not selection["reused"]["held"]:   # the log has moved: every candidate competes again
                 log.info("%s: the choice of run %s (%s) no longer holds: valid LL per position %.6f, then %.6f; "
                          "selecting again", model.name, opts.reuse.run_id, best.prior_label, best.valid_ll,
@@ -365,13 +365,15 @@ def _reuse(ctx: FitContext, cands: list[Candidate], grids: list) -> tuple[list[C
             {"reused": {"run_id": recent.run_id, "valid_ll_then": recent.valid_ll, "margin": recent.margin}})
 
 
-def _reused_selection(c: Candidate, record: dict, grid: list, n_valid: int) -> dict:
+def _reused_selection(c: Candidate, record: dict, n_valid: int) -> dict:
     """The selection record of a reused choice ``c`` after its fit: `_selection`'s keys (its grid holds ``c``
     alone), and whether its valid LL held (within the margin of the reused fit's)."""
     reused = record["reused"]
     held = abs(c.valid_ll - reused["valid_ll_then"]) <= reused["margin"]
-    k, seen_means = next(entry for entry in grid if entry[0] == c.choice and entry[1] == c.prior.seen_means[0])
-    return {"grid": [{"k": k, "seen_means": seen_means, "valid_ll": c.valid_ll, "iterations": c.done,
+    k, seen_means = c.choice, c.prior.seen_means[0]
+    # as `_selection` records the chosen one: when valid chose it (before it went on, `_run`)
+    ll, done = c.chosen_at or (c.valid_ll, c.done)
+    return {"grid": [{"k": k, "seen_means": seen_means, "valid_ll": ll, "iterations": done,
                       **({"strengths": c.strengths()} if k == Strength.EB else {})}],
             "chosen_k": k, "chosen_seen_means": seen_means, "n_valid_serps": n_valid,
             "reused": {**reused, "valid_ll_now": c.valid_ll, "held": held}}

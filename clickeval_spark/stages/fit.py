@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import datetime, timedelta, timezone
 from contextlib import ExitStack
 from functools import reduce
 
@@ -88,7 +89,9 @@ def _recent_choices(ctx: StageContext) -> dict[str, RecentChoice]:
             .where((F.col("dataset") == ctx.dataset) & F.col("job").isin(*jobs) & (F.col("status") == "succeeded")
                    & (F.col("run_id") != ctx.run_id)
                    & F.get_json_object("details", "$.prior_selection.reused.run_id").isNull()
-                   & (F.col("finished_at") >= F.current_timestamp() - F.make_interval(days=F.lit(reuse.days))))
+                   # naive UTC, as runs.py writes finished_at: both converted to an instant the same way
+                   & (F.col("finished_at") >= F.lit(datetime.now(timezone.utc).replace(tzinfo=None)
+                                                    - timedelta(days=reuse.days))))
             .withColumn("latest", F.row_number().over(latest)).where(F.col("latest") == 1)
             .select("run_id", "job", "details").collect())
     recent = {}

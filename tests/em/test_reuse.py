@@ -69,6 +69,10 @@ def test_a_reused_choice_stops_and_goes_on_as_the_chosen_one_does(small):
     assert reused.prior_spec["stop"] == whole.prior_spec["stop"]
     assert [h[1] for h in reused.history] == [h[1] for h in whole.history]
     assert reused.valid_ll == whole.valid_ll and reused.selection["reused"]["held"]
+    # its grid entry says what the selection's says of the chosen one: its valid LL and passes when chosen
+    sel = whole.selection
+    [chosen] = [e for e in sel["grid"] if (e["k"], e["seen_means"]) == (sel["chosen_k"], sel["chosen_seen_means"])]
+    assert reused.selection["grid"] == [chosen]
 
 
 def test_a_choice_whose_valid_ll_moved_is_selected_again(spark, small, full):
