@@ -136,7 +136,8 @@ class ReuseConfig(Section):
     model that ran the whole selection (the `runs` table, at most ``days`` days old) instead of the whole
     selection, if that fit's valid LL per position and today's differ by at most ``margin``; otherwise, or with
     no such fit, the whole selection runs (`em.driver._reuse`). Off (``days`` null) by default."""
-    # how old (days, by the runs table's finished_at) the fit whose choice is reused may be; null: never reuse
+    # how old the fit whose choice is reused may be, in days of data (a run with a window: its window's end) or
+    # else by the clock (the runs table's finished_at); null: never reuse
     days: AtLeast1 | None = None
     # the valid LL per position today may differ from the reused fit's by at most this; more: select again
     margin: Annotated[float, Field(gt=0)] = DEFAULT_REUSE_MARGIN

@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from clickeval_spark import progress
+from clickeval_spark.config import WindowConfig
 from clickeval_spark.context import StageContext
 from clickeval_spark.em import EMOptions, fit, pack_serps
 from clickeval_spark.em.options import RecentChoice
@@ -76,24 +77,14 @@ def run(ctx: StageContext) -> dict[str, list]:
 
 def _recent_choices(ctx: StageContext) -> dict[str, RecentChoice]:
     """fit.prior.reuse: per EM model, what `k: auto` chose in this dataset's latest succeeded fit of it that ran
-    the whole selection, in another run at most fit.prior.reuse.days old (its `runs` row: one row a model, never
-    per-SERP data). A fit that reused a choice is skipped, so the choice is made again every `days` days and
-    each day's valid LL is held against the selection's, not against yesterday's (small moves cannot add up).
-    A fit whose counting estimator won (SDBN's, valid's choice) or whose prior was not chosen has none."""
+    the whole selection (`recent_selections`: one `runs` row a model, never per-SERP data). A fit whose
+    counting estimator won (SDBN's, valid's choice) or whose prior was not chosen has none."""
     reuse = ctx.cfg.fit.prior.reuse
     if not ctx.exists("runs"):
         return {}
     jobs = [f"fit:{name}" for name in ctx.cfg.fit.models if name not in LEARNED]
-    latest = Window.partitionBy("job").orderBy(F.col("finished_at").desc(), F.col("run_id").desc())
-    rows = (ctx.read("runs")
-            .where((F.col("dataset") == ctx.dataset) & F.col("job").isin(*jobs) & (F.col("status") == "succeeded")
-                   & (F.col("run_id") != ctx.run_id)
-                   & F.get_json_object("details", "$.prior_selection.reused.run_id").isNull()
-                   # naive UTC, as runs.py writes finished_at: both converted to an instant the same way
-                   & (F.col("finished_at") >= F.lit(datetime.now(timezone.utc).replace(tzinfo=None)
-                                                    - timedelta(days=reuse.days))))
-            .withColumn("latest", F.row_number().over(latest)).where(F.col("latest") == 1)
-            .select("run_id", "job", "details").collect())
+    rows = recent_selections(ctx.read("runs"), dataset=ctx.dataset, jobs=jobs, run_id=ctx.run_id, days=reuse.days,
+                             window=ctx.cfg.window, now=datetime.now(timezone.utc).replace(tzinfo=None)).collect()
     recent = {}
     for row in rows:
         details = json.loads(row["details"] or "{}")
@@ -103,6 +94,32 @@ def _recent_choices(ctx: StageContext) -> dict[str, RecentChoice]:
                 run_id=row["run_id"], k=sel["chosen_k"], seen_means=sel["chosen_seen_means"],
                 valid_ll=details["valid_ll"], margin=reuse.margin)
     return recent
+
+
+def recent_selections(runs: DataFrame, *, dataset: str, jobs: list[str], run_id: str, days: int,
+                      window: WindowConfig | None, now: datetime) -> DataFrame:
+    """Per job of ``jobs``, the `runs` row (run_id, job, details) of this dataset's latest succeeded fit, in
+    another run, that ran the whole selection: a fit that reused a choice is skipped, so each day's valid LL
+    is held against the selection's, not against yesterday's (small moves cannot add up), and the choice is
+    made again once the selection is ``days`` old.
+
+    Old by what: with a log_date ``window`` (a daily run's), by the data: the fit's window ended at most
+    ``days`` days before this one's, and not after it, so a backfill reuses only choices made on earlier days
+    of data. Without one, by the clock: it finished at most ``days`` before ``now`` (naive UTC, as runs.py
+    writes finished_at, so both convert to an instant alike)."""
+    then = F.to_date(F.get_json_object("details", "$.window.end"))
+    if window is not None:
+        fresh, order = then.between(F.lit(window.end - timedelta(days=days)), F.lit(window.end)), [then.desc()]
+    else:
+        fresh, order = F.col("finished_at") >= F.lit(now - timedelta(days=days)), []
+    latest = Window.partitionBy("job").orderBy(*order, F.col("finished_at").desc(), F.col("run_id").desc())
+    return (runs
+            .where((F.col("dataset") == dataset) & F.col("job").isin(*jobs) & (F.col("status") == "succeeded")
+                   & (F.col("run_id") != run_id) & fresh
+                   & F.get_json_object("details", "$.prior_selection.reused.run_id").isNull())
+            .withColumn("latest", F.row_number().over(latest))
+            .where(F.col("latest") == 1)
+            .select("run_id", "job", "details"))
 
 
 def _fit_learned(ctx: StageContext, run):

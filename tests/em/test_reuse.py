@@ -142,3 +142,53 @@ def test_the_report_says_the_choice_was_reused():
     params = [{"model": "dbn", "param": "prior_kind:beta", "rank": None, "value": 1.0}]
     page = priors_html(params, [{"job": "fit:dbn", "details": json.dumps({"prior_selection": sel})}], ["dbn"])
     assert "eb/rank reused from run daily-2026-12-06 (valid LL -0.2711, then -0.2716)" in page
+
+
+def _run_row(run_id, job="fit:pbm", *, dataset="d", status="succeeded", finished="2026-12-07 06:00:00",
+             window_end=None, reused=False):
+    from datetime import datetime
+
+    details = {"window": None if window_end is None else {"start": window_end, "end": window_end},
+               "prior_selection": {"chosen_k": 4.0, "chosen_seen_means": "rank",
+                                   **({"reused": {"run_id": "x"}} if reused else {})}}
+    at = datetime.fromisoformat(finished)
+    return (run_id, job, dataset, status, at, at, 1.0, {}, json.dumps(details), "{}")
+
+
+def test_the_recent_selection_is_the_latest_whole_one_of_the_dataset_by_data_day_or_by_clock(spark):
+    from datetime import date, datetime
+
+    from clickeval_spark.config import WindowConfig
+    from clickeval_spark.stages.fit import recent_selections
+    from clickeval_spark.tables.schemas import SCHEMAS
+
+    runs = spark.createDataFrame([
+        _run_row("day-01", finished="2026-12-01 06:00:00", window_end="2026-12-01"),
+        _run_row("day-03", finished="2026-12-03 06:00:00", window_end="2026-12-03"),
+        _run_row("day-04", finished="2026-12-04 06:00:00", window_end="2026-12-04", reused=True),   # reused: skipped
+        _run_row("day-05", finished="2026-12-05 06:00:00", window_end="2026-12-05", status="failed"),
+        _run_row("day-05b", finished="2026-12-05 07:00:00", window_end="2026-12-05", dataset="other"),
+        _run_row("day-06", finished="2026-12-06 06:00:00", window_end="2026-12-06", job="fit:dbn"),
+        _run_row("day-09", finished="2026-12-02 06:00:00", window_end="2026-12-09"),   # a later day, run earlier
+        _run_row("adhoc", finished="2026-12-06 09:00:00"),                               # no window
+        _run_row("today", finished="2026-12-07 05:00:00", window_end="2026-12-07"),     # this run's own row
+    ], SCHEMAS["runs"])
+    now = datetime(2026, 12, 7, 6, 0)
+
+    def chosen(window_end: str | None, days: int = 7, jobs=("fit:pbm", "fit:dbn")) -> dict[str, str]:
+        window = None if window_end is None else WindowConfig(start=date.fromisoformat(window_end),
+                                                              end=date.fromisoformat(window_end))
+        rows = recent_selections(runs, dataset="d", jobs=list(jobs), run_id="today", days=days, window=window,
+                                 now=now).collect()
+        return {r["job"]: r["run_id"] for r in rows}
+
+    # a daily run of 2026-12-07: the latest whole selection on earlier days of data (day-09's data is later)
+    assert chosen("2026-12-07") == {"fit:pbm": "day-03", "fit:dbn": "day-06"}
+    assert chosen("2026-12-07", days=4) == {"fit:pbm": "day-03", "fit:dbn": "day-06"}
+    assert chosen("2026-12-07", days=3) == {"fit:dbn": "day-06"}   # day-03 is 4 data days back
+    # a backfill of 2026-12-02 reuses only what was chosen on its own or earlier days
+    assert chosen("2026-12-02") == {"fit:pbm": "day-01"}
+    # without a window, by the clock: the latest to finish in the last 7 days
+    assert chosen(None) == {"fit:pbm": "adhoc", "fit:dbn": "day-06"}
+    assert chosen(None, days=1) == {"fit:pbm": "adhoc", "fit:dbn": "day-06"}
+    assert chosen(None, days=1, jobs=("fit:pbm",)) == {"fit:pbm": "adhoc"}
