@@ -135,7 +135,7 @@ class ReuseConfig(Section):
     """fit.prior.reuse: a daily run fits the candidate that `k: auto` chose in this dataset's latest fit of the
     model that ran the whole selection (the `runs` table, at most ``days`` days old) instead of the whole
     selection, if that fit's valid LL per position and today's differ by at most ``margin``; otherwise, or with
-    no such fit, the whole selection runs (`em.driver._reuse`). Off (``days`` null) by default."""
+    no such fit, the whole selection runs (`em.selection.reused_candidate`). Off (``days`` null) by default."""
     # how old the fit whose choice is reused may be, in days of data (a run with a window: its window's end) or
     # else by the clock (the runs table's finished_at); null: never reuse
     days: AtLeast1 | None = None

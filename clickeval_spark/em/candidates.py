@@ -44,7 +44,7 @@ class Candidate:
     chosen_at: tuple[float, int] | None = None   # (valid LL, passes) when valid chose it and it went on
     competes: bool = False   # one of several candidates valid chooses among: successive halving applies
     valid_at: int | None = None   # the iteration whose parameters valid_ll scored
-    dropped_at: int | None = None   # the iteration at whose valid LL successive halving stopped it (`driver._halve`)
+    dropped_at: int | None = None   # the iteration at whose valid LL successive halving stopped it (`selection.halve`)
     stop: dict = field(default_factory=dict)   # how its passes ended (`driver._run`), for the fit's record
 
     @property

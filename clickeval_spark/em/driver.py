@@ -19,11 +19,12 @@ import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from clickeval_spark.em.blocks import (PackedLog, checkpointed, cluster_slots, pack_serps, qd_table, release,
-                                      sample_of)
+from clickeval_spark.em.blocks import PackedLog, checkpointed, cluster_slots, pack_serps, qd_table, sample_of
 from clickeval_spark.em.candidates import Candidate, candidate_prior
 from clickeval_spark.em.context import FitContext, OnPass
 from clickeval_spark.em.options import EMOptions
+from clickeval_spark.em.selection import (chosen_slot, grid_selection, halve, reuse_record, reused_candidate,
+                                         reused_selection)
 from clickeval_spark.em.passes import EngineLost, Passes
 from clickeval_spark.em.resident import ResidentPasses
 from clickeval_spark.em.stage_passes import StagePasses
@@ -184,42 +185,47 @@ def _fit(packed: PackedLog, ctx: FitContext) -> tuple[list[FittedModel], list[st
         pooled=any(f.k > 0 and f.m is None for c in cands for f in (*c.prior.qd.values(), *c.prior.glob.values())))
     for c in cands:
         _set_start(c, ctx.pooled)
-    reused = _reuse(ctx, cands, grids)
-    sampled = reused or _select_on_sample(packed, ctx, cands, grids)
-    if sampled is not None:   # only the chosen candidate goes on, from the start, on the whole log
+    reused = reused_candidate(ctx, cands, grids)
+    sampled = None if reused is not None else _select_on_sample(packed, ctx, cands, grids)
+    if reused is not None:   # only the recent choice runs
+        cands = reused
+    elif sampled is not None:   # only the chosen candidate goes on, from the start, on the whole log
         cands, sample_selection = sampled
-    passes = None
+    passes, refused = None, None
     try:
         passes = ctx.engine(packed)
         final = _run(packed, ctx, cands, passes)
-        blocks = passes.finish()
-        chosen = [_chosen(cands, g) for g in range(len(packed.groups))]
-        if model.qd_params:
-            qd_all = checkpointed(qd_table(blocks, packed.blocks, model, tuple(slot for _, slot in chosen),
-                                           packed.first_blocks))
+        if reused is not None and not opts.reuse.holds(cands[0].valid_ll):
+            refused = reuse_record(cands[0], opts.reuse)   # the log has moved: no table for this fit
+            passes.end()
         else:
-            qd_all = packed.blocks.sparkSession.createDataFrame(
-                [], "group int, query_id string, doc_id string, n_obs double")
+            blocks = passes.finish()
+            chosen = [chosen_slot(cands, g) for g in range(len(packed.groups))]
+            if model.qd_params:
+                qd_all = checkpointed(qd_table(blocks, packed.blocks, model, tuple(slot for _, slot in chosen),
+                                               packed.first_blocks))
+            else:
+                qd_all = packed.blocks.sparkSession.createDataFrame(
+                    [], "group int, query_id string, doc_id string, n_obs double")
     finally:
         if passes is not None:
             passes.close()
+    if refused is not None:   # every candidate competes again, once this fit's engine is closed
+        log.info("%s: the choice of run %s (%s) no longer holds: valid LL per position %.6f, then %.6f; selecting "
+                 "again", model.name, refused["run_id"], cands[0].prior_label, refused["valid_ll_now"],
+                 refused["valid_ll_then"])
+        fits, labels = _fit(packed, replace(ctx, opts=replace(opts, reuse=None)))
+        return [replace(f, selection={**f.selection, "reuse_refused": refused}) if f.selection else f
+                for f in fits], labels
     out, labels = [], []
     for g, (mine, slot) in enumerate(chosen):
         best = cands[mine[slot]]
-        selection = (sample_selection if sampled is not None
-                     else _selection(cands, mine, slot, grids[g], packed.groups[g].n_held_out, model, log))
+        n_valid = packed.groups[g].n_held_out
+        selection = (reused_selection(best, opts.reuse, n_valid) if reused is not None
+                     else sample_selection if sampled is not None
+                     else grid_selection(cands, mine, slot, grids[g], n_valid, model, log))
         qd = qd_all if len(packed.groups) == 1 else qd_all.where(F.col("group") == g)
         ppl = (final[mine[slot]]["ppl_n"], final[mine[slot]]["ppl_ln"]) if opts.ppl_eps is not None else None
-        if reused is not None:
-            selection = _reused_selection(best, selection, packed.groups[g].n_held_out)
-            if not selection["reused"]["held"]:   # the log has moved: every candidate competes again
-                log.info("%s: the choice of run %s (%s) no longer holds: valid LL per position %.6f, then %.6f; "
-                         "selecting again", model.name, opts.reuse.run_id, best.prior_label, best.valid_ll,
-                         opts.reuse.valid_ll)
-                release(qd_all)   # the reused fit's table: not kept
-                fits, labels = _fit(packed, replace(ctx, opts=replace(opts, reuse=None)))
-                return [replace(f, selection={**f.selection, "reuse_refused": selection["reused"]})
-                        if f.selection else f for f in fits], labels
         out.append(best.fitted(model, M, ctx.prior, qd.drop("group"), selection, ppl))
         labels.append(best.prior_label)
     return out, labels
@@ -230,7 +236,7 @@ def _run(packed: PackedLog, ctx: FitContext, cands: list[Candidate], passes: Pas
     """Every pass of ``cands`` until none is active (or ``ctx.n_passes``), then the scoring pass: its sums.
 
     Then, with ``go_on`` (not on a selection sample: only its choice is wanted), ``opts.tol`` and
-    ``opts.converge``, each group's chosen candidate (`_chosen`, by the valid LL of that scoring pass: the
+    ``opts.converge``, each group's chosen candidate (`chosen_slot`, by the valid LL of that scoring pass: the
     choice is the one the candidates' own stop gives), if tol stopped it (not ``ctx.n_passes``: a cap the
     caller set holds), goes on alone until the training LL it may still gain
     (`Candidate.remaining_gain`) is below ``opts.converge`` per position, or it has made
@@ -249,7 +255,7 @@ def _run(packed: PackedLog, ctx: FitContext, cands: list[Candidate], passes: Pas
         return final
     going = []
     for g in range(len(packed.groups)):
-        mine, slot = _chosen(cands, g)
+        mine, slot = chosen_slot(cands, g)
         c = cands[mine[slot]]
         c.chosen_at = (c.valid_ll, c.done)
         c.stop.update(converge=opts.converge, cap=opts.converge_iterations, gain=c.remaining_gain())
@@ -294,7 +300,7 @@ def _passes(packed: PackedLog, ctx: FitContext, cands: list[Candidate], passes: 
                 c.advance(c.done + 1, sums, secs, packed.groups[c.group].n_serps, ctx)
                 if c.done >= cap:
                     c.active = False
-        _halve([c for c, sums in zip(cands, all_sums) if sums is not None], ctx)
+        halve([c for c, sums in zip(cands, all_sums) if sums is not None], ctx)
         if ctx.on_pass is not None:
             ctx.on_pass(max(c.done for c in cands), cap, phase)
     scored = [on and c.dropped_at is None for c, on in zip(cands, scored)]   # a dropped candidate is not chosen
@@ -336,76 +342,13 @@ def _select_on_sample(packed: PackedLog, ctx: FitContext, cands: list[Candidate]
     finally:
         if passes is not None:
             passes.close()
-    mine, slot = _chosen(cands, 0)
-    selection = _selection(cands, mine, slot, grids[0], group.n_held_out, model, log)
+    mine, slot = chosen_slot(cands, 0)
+    selection = grid_selection(cands, mine, slot, grids[0], group.n_held_out, model, log)
     selection["sample"] = {"blocks": group.n_blocks, "of_blocks": packed.groups[0].n_blocks,
                            "train_serps": group.n_serps, "valid_serps": group.n_held_out}
     fresh = replace(_candidates(packed, ctx)[1][mine[slot]], competes=False)
     _set_start(fresh, ctx.pooled)
     return [fresh], selection
-
-
-def _reuse(ctx: FitContext, cands: list[Candidate], grids: list) -> tuple[list[Candidate], dict] | None:
-    """With ``opts.reuse`` (fit.prior.reuse: a recent fit's choice, found by the fit stage), that candidate
-    alone, fresh, and the start of its selection record (`_reused_selection`); None: the candidates compete
-    (no recent choice, one candidate anyway, a grouped log, or a choice that is not one of today's).
-
-    A candidate's passes do not depend on the others', so it fits as it would among all of them: the fit is
-    the one the whole selection would give whenever it would choose the same. Whether the choice still
-    holds is read after the fit, from its valid LL (`_fit`)."""
-    recent = ctx.opts.reuse
-    if recent is None or len(grids) != 1 or len(cands) < 2:
-        return None
-    entry = (Strength.EB if recent.k == Strength.EB.value else float(recent.k), recent.seen_means)
-    if entry not in grids[0]:
-        ctx.log.info("%s: the choice of run %s (k %s, seen means %s) is not one of today's candidates; selecting",
-                     ctx.model.name, recent.run_id, recent.k, recent.seen_means)
-        return None
-    return ([replace(cands[grids[0].index(entry)], competes=False)],
-            {"reused": {"run_id": recent.run_id, "valid_ll_then": recent.valid_ll, "margin": recent.margin}})
-
-
-def _reused_selection(c: Candidate, record: dict, n_valid: int) -> dict:
-    """The selection record of a reused choice ``c`` after its fit: `_selection`'s keys (its grid holds ``c``
-    alone), and whether its valid LL held (within the margin of the reused fit's)."""
-    reused = record["reused"]
-    held = abs(c.valid_ll - reused["valid_ll_then"]) <= reused["margin"]
-    k, seen_means = c.choice, c.prior.seen_means[0]
-    # as `_selection` records the chosen one: when valid chose it (before it went on, `_run`)
-    ll, done = c.chosen_at or (c.valid_ll, c.done)
-    return {"grid": [{"k": k, "seen_means": seen_means, "valid_ll": ll, "iterations": done,
-                      **({"strengths": c.strengths()} if k == Strength.EB else {})}],
-            "chosen_k": k, "chosen_seen_means": seen_means, "n_valid_serps": n_valid,
-            "reused": {**reused, "valid_ll_now": c.valid_ll, "held": held}}
-
-
-def _halve(stepped: list[Candidate], ctx: FitContext) -> None:
-    """Successive halving (`EMOptions.halving`) after a pass of the ``stepped`` candidates: in each group, once
-    its competing candidates have scored a round's iteration on the valid split, the active ones whose valid LL
-    per position trails the best of them by more than the round's margin stop (`Candidate.dropped_at`): no
-    more passes, no scoring pass, not chosen.
-
-    Why it keeps the choice: a candidate's passes do not depend on the others', so the ones left run as they
-    would among all of them; and early valid LL ranks the candidates well enough that the margins, which
-    shrink as the fits settle, never dropped the winner of a full selection where it was measured
-    (benchmarks/RESULTS.md, "Successive halving").
-    """
-    margins = dict(ctx.opts.halving)
-    if not margins or not ctx.opts.select_on_held_out:
-        return
-    for g in {c.group for c in stepped}:
-        # the group's candidates whose valid LL this pass read, at a round's iteration
-        at = [c for c in stepped if c.group == g and c.competes and c.valid_at in margins
-              and c.valid_at == c.history[-1][0]]
-        if len(at) < 2:
-            continue
-        it = at[0].valid_at
-        lead = max(c.valid_ll for c in at)
-        for c in at:
-            if c.active and c.valid_ll < lead - margins[it]:
-                c.active, c.dropped_at = False, it
-                ctx.log.debug("%s %s out after iteration %d: valid LL per position %.6f trails the best %.6f by "
-                              "more than %g", ctx.model.name, c.label, it, c.valid_ll, lead, margins[it])
 
 
 def _set_start(c: Candidate, pooled: bool) -> None:
@@ -414,29 +357,3 @@ def _set_start(c: Candidate, pooled: bool) -> None:
     c.compare_from = None if pooled else 1 if any(f.k > 0 for f in c.prior.qd.values()) else 0
 
 
-def _chosen(cands: list[Candidate], g: int) -> tuple[list[int], int]:
-    """Group g's candidates (indices) and the slot of the one with the best valid LL (the first on a tie)."""
-    mine = [i for i, c in enumerate(cands) if c.group == g]
-    went_on = [j for j, i in enumerate(mine) if cands[i].chosen_at is not None]
-    if went_on:   # chosen before it went on (`_run`): its valid LL has moved since, the others' have not
-        return mine, went_on[0]
-    left = [j for j, i in enumerate(mine) if cands[i].dropped_at is None]   # successive halving's (`_halve`)
-    slot = max(left, key=lambda j: (cands[mine[j]].valid_ll if len(mine) > 1 else 0.0, -j))
-    return mine, slot
-
-
-def _selection(cands: list[Candidate], mine: list[int], slot: int, grid: list, n_valid: int, model: ClickModel,
-               log: logging.Logger) -> dict | None:
-    """What the valid split chose among a group's candidates (None: there was one)."""
-    if len(mine) < 2:
-        return None
-    # each candidate's valid LL and passes when valid chose (the chosen one may have gone on since: `_run`)
-    at = [cands[i].chosen_at or (cands[i].valid_ll, cands[i].done) for i in mine]
-    log.debug("%s prior strength by valid LL per position: %s -> %s", model.name,
-              ", ".join(f"{cands[i].label}: {ll:.6f}" for i, (ll, _) in zip(mine, at)), cands[mine[slot]].label)
-    return {"grid": [{"k": k, "seen_means": v, "valid_ll": ll, "iterations": done,
-                      **({"strengths": cands[i].strengths()} if k == Strength.EB else {}),
-                      # successive halving stopped it: ll is its valid LL at that iteration (`_halve`)
-                      **({"dropped_at": cands[i].dropped_at} if cands[i].dropped_at is not None else {})}
-                     for (k, v), i, (ll, done) in zip(grid, mine, at)],
-            "chosen_k": grid[slot][0], "chosen_seen_means": grid[slot][1], "n_valid_serps": n_valid}

@@ -17,7 +17,7 @@ _FIT = FitConfig()
 @dataclass(frozen=True)
 class RecentChoice:
     """What `k: auto` chose in a recent fit of the same model on the same dataset (its `runs` row), for a daily
-    run to fit alone while its valid LL holds (fit.prior.reuse, `driver._reuse`).
+    run to fit alone while its valid LL holds (fit.prior.reuse, `selection.reused_candidate`).
 
     run_id: the run whose choice it is. k: a grid strength, or "eb". seen_means: "pooled" or "rank".
     valid_ll: that fit's valid LL per position. margin: today's may differ by at most this.
@@ -28,6 +28,10 @@ class RecentChoice:
     seen_means: str
     valid_ll: float
     margin: float
+
+    def holds(self, valid_ll: float) -> bool:
+        """Whether today's valid LL per position of the reused choice is within the margin of the reused fit's."""
+        return abs(valid_ll - self.valid_ll) <= self.margin
 
 
 @dataclass(frozen=True)
@@ -53,9 +57,9 @@ class EMOptions:
         None: compiled (every EM model has a compiled pass, `step.compiled_pass`).
     select_serps: on a larger log the candidates compete on a query sample of about this many SERPs
         (`driver._select_on_sample`); None: on the whole log.
-    halving: successive halving of the candidates, (iteration, margin) pairs (`driver._halve`); (): none.
+    halving: successive halving of the candidates, (iteration, margin) pairs (`selection.halve`); (): none.
     reuse: a recent fit's choice to fit alone instead of the candidates while its valid LL holds
-        (`driver._reuse`); None: the candidates compete.
+        (`selection.reused_candidate`); None: the candidates compete.
     """
 
     iterations: int = _FIT.iterations

@@ -38,7 +38,7 @@ DEFAULT_WARMUP = 20
 DEFAULT_SELECT_SERPS = 1_000_000
 #: successive halving of `k: auto`'s candidates, {iteration: margin}: once they have scored that iteration's
 #: parameters on the valid split, a candidate whose valid LL per position trails the leader's by more than the
-#: margin stops there and is out of the choice (`em.driver._halve`). The margins shrink as the candidates'
+#: margin stops there and is out of the choice (`em.selection.halve`). The margins shrink as the candidates'
 #: valid LL settle; measured on every candidate's valid LL at every pass (benchmarks/RESULTS.md, "Successive
 #: halving"), the winner trailed by at most 0.72 of its round's margin
 DEFAULT_HALVING = {6: 2e-3, 8: 1e-3, 12: 3e-4, 16: 1e-4}

@@ -1,4 +1,4 @@
-"""Successive halving of `k: auto`'s candidates (`em.driver._halve`, `fit.prior.halving`): the candidates left run
+"""Successive halving of `k: auto`'s candidates (`em.selection.halve`, `fit.prior.halving`): the candidates left run
 exactly as among all of them, a dropped one is never chosen, and on the TREC sample and `make run`'s log the
 choice is the full selection's."""
 

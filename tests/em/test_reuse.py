@@ -1,4 +1,4 @@
-"""fit.prior.reuse: a daily run fits the recent choice of `k: auto` alone (`em.driver._reuse`). While its valid LL
+"""fit.prior.reuse: a daily run fits the recent choice of `k: auto` alone (`em.selection.reused_candidate`). While its valid LL
 holds, the fit is the one the whole selection gives when it chooses the same, bit for bit, for one candidate's
 passes; when it does not hold, or the choice is not one of today's candidates, every candidate competes again.
 The fit stage finds the choice in the `runs` table (`stages.fit._recent_choices`)."""
