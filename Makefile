@@ -21,7 +21,7 @@ DOCS_SITE ?= .docs-site
 # mkdocs-material prints a banner about MkDocs 2.0 on every build
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup run test test-fast clean
+.PHONY: setup run test test-fast targets clean
 
 setup: $(STAMP)
 
@@ -47,6 +47,10 @@ test-fast: setup
 	$(BIN)/lint-imports
 	$(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not slow and not cluster"
+
+# the fit's targets (issue 57) from one command: the 1M and 10M fit stages, EM per pass, `make run` (~30 min)
+targets: setup
+	$(BIN)/python -m benchmarks.targets
 
 clean:
 	rm -rf $(VENV) .venv-airflow warehouse spark-warehouse reports dist .pytest_cache $(DOCS_SITE)
