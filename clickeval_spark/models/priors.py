@@ -34,7 +34,8 @@ DEFAULT_K = 4.0
 # passes during which pooled prior means follow the fit; after them m is fixed (`em.candidates.Candidate.advance`)
 DEFAULT_WARMUP = 20
 #: on a log of more SERPs (training + valid), `k: auto`'s candidates compete on a sample of whole queries of
-#: about this many (`em.driver._select_on_sample`), so the grid's cost does not grow with the log
+#: about this many (`em.driver._select_on_sample`), so the grid's cost does not grow with the log; 100,000 and
+#: 250,000 chose another PBM prior on the 10M benchmark log (benchmarks/RESULTS.md)
 DEFAULT_SELECT_SERPS = 1_000_000
 #: successive halving of `k: auto`'s candidates, {iteration: margin}: once they have scored that iteration's
 #: parameters on the valid split, a candidate whose valid LL per position trails the leader's by more than the
