@@ -32,7 +32,7 @@ from clickeval_spark.context import StageContext
 from clickeval_spark.metrics import click_prediction
 from clickeval_spark.metrics.evaluate import MetricOptions, statistic_replicates
 from clickeval_spark.fitted.attach import attach_qd, truncate_serps, wide_cols, wide_prior
-from clickeval_spark.fitted.model import load_fitted
+from clickeval_spark.fitted.model import load_fitted_models
 from clickeval_spark.fitted.params_io import wide_qd_rows
 from clickeval_spark.fitted.predict import predict_models
 from clickeval_spark.runtime import session_for
@@ -92,7 +92,7 @@ def predict_steps(ctx: StageContext, out: list) -> None:
     cfg = ctx.cfg
     serps = ctx.serps(tuple(dict.fromkeys(("train", *cfg.predict.splits))))
     params = ctx.read("model_params")
-    fitted = {n: load_fitted(params, n, ctx.run_id, cfg.fit.max_rank) for n in cfg.fit.models}
+    fitted = load_fitted_models(params, cfg.fit.models, ctx.run_id, cfg.fit.max_rank)
     qd = wide_qd_rows(params, ctx.run_id, {n: f.model for n, f in fitted.items() if f.model.qd_params})
     cols, prior = wide_cols(fitted), wide_prior(fitted)
     _twice("predict: read the SERPs (N rows)", lambda: _noop(serps.select("serp_id", "doc_ids", "clicks")), out)

@@ -8,15 +8,16 @@ Spark without collecting anything per query to the driver.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from clickeval_spark.errors import ClickevalError
 from clickeval_spark.models import get_model
 from clickeval_spark.models.base import ClickModel
-from clickeval_spark.fitted.params_io import fields_from_rows, to_param_rows
+from clickeval_spark.fitted.params_io import fields_from_rows, global_rows, to_param_rows
 from clickeval_spark.fitted.predict import predict_clicks, relevance_scores
 from clickeval_spark.fitted.sampling import sample_serps
 
@@ -86,12 +87,29 @@ class FittedModel:
 def load_fitted(params: DataFrame, name: str, run_id: str, max_rank: int) -> FittedModel:
     """Model `name` of run `run_id` from model_params. A run or model never fitted, or a model name the
     code does not know, is a user error: one line saying what to run, not a traceback."""
+    return load_fitted_models(params, [name], run_id, max_rank)[name]
+
+
+def load_fitted_models(params: DataFrame, names: Sequence[str], run_id: str,
+                       max_rank: int) -> dict[str, FittedModel]:
+    """`load_fitted` of each of ``names``, their global parameters read in one Spark job (not one per model:
+    a stage loading eleven models paid eleven jobs)."""
+    models = {}
+    for name in names:
+        try:
+            models[name] = get_model(name)
+        except ValueError as exc:
+            raise ClickevalError(f"model_params: {exc}") from None
+    glob = global_rows(params, run_id, list(models))
+    return {name: _from_global_rows(params, model, run_id, max_rank, glob[name]) for name, model in models.items()}
+
+
+def _from_global_rows(params: DataFrame, model: ClickModel, run_id: str, max_rank: int,
+                      glob_rows: Sequence[Row]) -> FittedModel:
+    """The model from its global rows (read already) and its per-pair rows (lazy); user errors as `load_fitted`."""
+    name = model.name
     try:
-        model = get_model(name)
-    except ValueError as exc:
-        raise ClickevalError(f"model_params: {exc}") from None
-    try:
-        return FittedModel.from_rows(params, model, run_id, max_rank)
+        return FittedModel(**fields_from_rows(params, model, run_id, max_rank, glob_rows))
     except ValueError as exc:
         if params.where((F.col("run_id") == run_id) & (F.col("model") == name)).limit(1).count() == 0:
             raise ClickevalError(f"run {run_id}: no model_params for model {name}; "

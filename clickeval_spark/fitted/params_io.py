@@ -26,10 +26,10 @@ never leave Spark.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from clickeval_spark import tables
@@ -103,18 +103,29 @@ def to_param_rows(fitted: FittedModel, run_id: str) -> DataFrame:
     return out.select(*_COLS)
 
 
-def fields_from_rows(df: DataFrame, model: ClickModel, run_id: str, max_rank: int) -> dict[str, Any]:
+def global_rows(df: DataFrame, run_id: str, names: Sequence[str]) -> dict[str, list[Row]]:
+    """The global (not per (query, doc)) model_params rows of run ``run_id`` for the models ``names``, by
+    model, in one job: a few rows per rank, never per-pair data. A model without any has an empty list."""
+    rows = (df.filter((F.col("run_id") == F.lit(run_id)) & F.col("model").isin(*names)
+                      & F.col("query_id").isNull() & F.col("doc_id").isNull())
+            .select("model", "param", "rank", "prev_click_rank", "value").collect())
+    by_model: dict[str, list[Row]] = {name: [] for name in names}
+    for r in rows:
+        by_model[r["model"]].append(r)
+    return by_model
+
+
+def fields_from_rows(df: DataFrame, model: ClickModel, run_id: str, max_rank: int,
+                     glob_rows: Sequence[Row] | None = None) -> dict[str, Any]:
     """Inverse of `to_param_rows` for one run and model: the FittedModel constructor's fields
-    (`FittedModel.from_rows` builds it; history is not stored: empty)."""
+    (`FittedModel.from_rows` builds it; history is not stored: empty). ``glob_rows``: the model's
+    `global_rows`, when they were read with other models' (else read here)."""
     rows = df.filter((F.col("run_id") == F.lit(run_id)) & (F.col("model") == F.lit(model.name)))
     params = list(model.qd_params)
     M = int(max_rank)
 
-    glob_rows = (
-        rows.filter(F.col("query_id").isNull() & F.col("doc_id").isNull())
-        .select("param", "rank", "prev_click_rank", "value")
-        .collect()
-    )
+    if glob_rows is None:
+        glob_rows = global_rows(df, run_id, [model.name])[model.name]
     shapes = model.global_shapes(M)
     glob = {k: np.full(s, np.nan) for k, s in shapes.items()}
     # fixed-length vectors stored as scalars <name><i>

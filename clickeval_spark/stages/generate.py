@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from clickeval_spark.context import StageContext
 from clickeval_spark.generation import generate
 from clickeval_spark.metrics import external
-from clickeval_spark.fitted.model import load_fitted
+from clickeval_spark.fitted.model import load_fitted_models
 from clickeval_spark.fitted.params_io import fitted_qd_rows
 
 
@@ -28,7 +28,7 @@ def run(ctx: StageContext) -> dict[str, int]:
         # every fitted generator sampled in one attach and one kernel pass per click mode, written in one
         # commit: the sampling is the cheap part
         with ctx.record("generate") as run:
-            fitted = {name: load_fitted(params, name, ctx.run_id, ctx.cfg.fit.max_rank) for name in names}
+            fitted = load_fitted_models(params, names, ctx.run_id, ctx.cfg.fit.max_rank)
             qd = fitted_qd_rows(params, ctx.run_id, fitted)
             parts = [generate(serps, fitted, samples=gcfg.samples, click_mode=mode, list_orders=gcfg.list_orders,
                               seed=gcfg.seed, qd=qd)

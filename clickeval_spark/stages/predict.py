@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from clickeval_spark.context import StageContext
 from clickeval_spark.metrics.click_prediction import observe_log_likelihood
 from clickeval_spark.fitted.attach import wide_cols
-from clickeval_spark.fitted.model import load_fitted
+from clickeval_spark.fitted.model import load_fitted_models
 from clickeval_spark.fitted.params_io import fitted_qd_rows
 from clickeval_spark.fitted.predict import predict_models, relevance_models
 from clickeval_spark.sources.synthetic import TRUTH_MODEL, has_truth, load_truth, truth_param_rows
@@ -32,7 +32,7 @@ def run(ctx: StageContext) -> dict[str, dict[str, float]]:
     # every model in one attach, one kernel pass and one write per table (one job and one commit,
     # not one per model): the models share their (query, doc) pairs
     with ctx.record("predict") as run:
-        fitted = {name: load_fitted(params, name, ctx.run_id, cfg.fit.max_rank) for name in cfg.fit.models}
+        fitted = load_fitted_models(params, cfg.fit.models, ctx.run_id, cfg.fit.max_rank)
         truth, run.details["truth"] = load_truth(params, cfg)
         if truth is not None:
             # the truth rides with the fitted models: its rows relabelled as this run's model `truth`

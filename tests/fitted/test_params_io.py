@@ -13,6 +13,7 @@ from pyspark.sql import types as T
 from clickeval_spark.models import get_model
 from clickeval_spark.fitted.params_io import MODEL_PARAMS_SCHEMA, to_param_rows
 from clickeval_spark.fitted import FittedModel
+from clickeval_spark.fitted.model import load_fitted_models
 
 
 # ---------------------------------------------------------------------------
@@ -77,6 +78,17 @@ def test_param_rows_round_trip(spark, make_log, hand_fitted, warehouse):
             np.testing.assert_array_equal(back.glob[k], fitted.glob[k])
         assert_df_equality(back.qd, fitted.qd, ignore_nullable=True, ignore_row_order=True,
                            ignore_column_order=True)
+    # the stages' loader: every model's global parameters in one Spark job, the same models
+    spark.sparkContext.setJobGroup("load-fitted-models", "test")
+    loaded = load_fitted_models(stored, names, "run-1", M)
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup("load-fitted-models")
+    spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert len(jobs) == 1
+    for name in names:
+        fitted = fits[name][1]
+        assert loaded[name].prior == fitted.prior and loaded[name].model.name == name
+        for k in fitted.glob:
+            np.testing.assert_array_equal(loaded[name].glob[k], fitted.glob[k])
     log, fitted, _, _ = fits["ubm"]
     back = FittedModel.from_rows(stored, get_model("ubm"), "run-1", M)
     assert_df_equality(back.predict(log.df(spark)), fitted.predict(log.df(spark)),
