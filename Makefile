@@ -48,7 +48,7 @@ test-fast: setup
 	$(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not slow and not cluster"
 
-# the fit's targets (issue 57) from one command: the 1M and 10M fit stages, EM per pass, `make run` (~30 min)
+# the fit's targets (issue 57) from one command: the 1M and 10M fit stages, EM per pass, `make run` (~40 min)
 targets: setup
 	$(BIN)/python -m benchmarks.targets
 
