@@ -25,21 +25,31 @@ def chosen_slot(cands: list[Candidate], g: int) -> tuple[list[int], int]:
     return mine, slot
 
 
+def _when_chosen(c: Candidate) -> tuple[float, int]:
+    """``c``'s valid LL and passes when valid chose (the chosen one may have gone on since: `driver._run`)."""
+    return c.chosen_at or (c.valid_ll, c.done)
+
+
+def _grid_entry(c: Candidate, k: float | Strength, seen_means: str) -> dict:
+    """``c``'s entry in a selection record's grid: its strength, seen-pair means, valid LL and passes when valid
+    chose, EB's strengths, and where successive halving stopped it (its valid LL is then that iteration's)."""
+    ll, done = _when_chosen(c)
+    return {"k": k, "seen_means": seen_means, "valid_ll": ll, "iterations": done,
+            **({"strengths": c.strengths()} if k == Strength.EB else {}),
+            **({"dropped_at": c.dropped_at} if c.dropped_at is not None else {})}
+
+
 def grid_selection(cands: list[Candidate], mine: list[int], slot: int, grid: list, n_valid: int,
                    model: ClickModel, log: logging.Logger) -> dict | None:
     """What the valid split chose among a group's candidates (None: there was one)."""
     if len(mine) < 2:
         return None
-    # each candidate's valid LL and passes when valid chose (the chosen one may have gone on since: `driver._run`)
-    at = [cands[i].chosen_at or (cands[i].valid_ll, cands[i].done) for i in mine]
     log.debug("%s prior strength by valid LL per position: %s -> %s", model.name,
-              ", ".join(f"{cands[i].label}: {ll:.6f}" for i, (ll, _) in zip(mine, at)), cands[mine[slot]].label)
-    return {"grid": [{"k": k, "seen_means": v, "valid_ll": ll, "iterations": done,
-                      **({"strengths": cands[i].strengths()} if k == Strength.EB else {}),
-                      # successive halving stopped it: ll is its valid LL at that iteration (`halve`)
-                      **({"dropped_at": cands[i].dropped_at} if cands[i].dropped_at is not None else {})}
-                     for (k, v), i, (ll, done) in zip(grid, mine, at)],
+              ", ".join(f"{cands[i].label}: {_when_chosen(cands[i])[0]:.6f}" for i in mine), cands[mine[slot]].label)
+    return {"grid": [_grid_entry(cands[i], k, v) for (k, v), i in zip(grid, mine)],
             "chosen_k": grid[slot][0], "chosen_seen_means": grid[slot][1], "n_valid_serps": n_valid}
+
+
 def halve(stepped: list[Candidate], ctx: FitContext) -> None:
     """Successive halving (`EMOptions.halving`) after a pass of the ``stepped`` candidates: in each group, once
     its competing candidates have scored a round's iteration on the valid split, the active ones whose valid LL
@@ -99,9 +109,6 @@ def reused_selection(c: Candidate, recent: RecentChoice, n_valid: int) -> dict:
     """The selection record of the reused choice ``c`` after its fit: `grid_selection`'s keys (its grid holds ``c``
     alone) and the reuse (`reuse_record`)."""
     k, seen_means = c.choice, c.prior.seen_means[0]
-    # as `grid_selection` records the chosen one: when valid chose it (before it went on, `driver._run`)
-    ll, done = c.chosen_at or (c.valid_ll, c.done)
-    return {"grid": [{"k": k, "seen_means": seen_means, "valid_ll": ll, "iterations": done,
-                      **({"strengths": c.strengths()} if k == Strength.EB else {})}],
+    return {"grid": [_grid_entry(c, k, seen_means)],
             "chosen_k": k, "chosen_seen_means": seen_means, "n_valid_serps": n_valid,
             "reused": reuse_record(c, recent)}
