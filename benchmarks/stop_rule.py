@@ -11,7 +11,8 @@ tenth SERP held out as the valid split (27,000 training, 3,000 held-out SERPs); 
 change it (``--extra 0``: lists of 1-10). Each model is fitted twice with the package defaults
 (`EMOptions()`: beta prior, `k: auto`, seen pairs toward the pooled mean; with ``--conf``, that config's fit
 section): once for ``--passes`` passes with no tolerance (the fixed point), once as they stop with
-fit.converge.gain ``--gain`` (off in the package's defaults) unless the config sets one. A candidate's
+fit.converge.gain ``--gain`` where the config sets none (the package's default is 3e-6, on a log whose
+held-out positions are at least 90% of pairs seen in training: fit.converge.min_seen_share). A candidate's
 passes do not depend on the others', so every candidate of the stopping fit is compared with its own path
 in the long fit. Printed per model: the chosen prior; where fit.tol alone stopped it (the package's
 default: `tol_passes`) and where the converging stop stopped it (`prior_spec["stop"]`), each with the gap of
@@ -99,7 +100,7 @@ def main(argv=None) -> int:
                          "default: EMOptions()")
     ap.add_argument("--gain", type=float, default=3e-6,
                     help="fit.converge.gain of the stopping fit when its options set none (the package's default "
-                         "is off; conf/cluster.yaml's 3e-6)")
+                         "is 3e-6)")
     ap.add_argument("--warehouse", default=None,
                     help="instead: the train / valid SERPs of the serps table of this warehouse (one dataset)")
     args = ap.parse_args(argv)

@@ -52,9 +52,12 @@ BLOCK_SCHEMA = T.StructType([
 #: pass moves a seventh less through Arrow and the cache
 PASS_SCHEMA = T.StructType([f for f in BLOCK_SCHEMA.fields if f.name != "keys"])
 
-#: the pack's rows: a block row and its SERPs, which the job that fills the pack's cache sums for the driver
+#: the pack's rows: a block row, its SERPs and its held-out positions (those whose pair has a training
+#: impression too), which the job that fills the pack's cache sums for the driver
 _PACKED_SCHEMA = T.StructType([*BLOCK_SCHEMA.fields, T.StructField("n_train", T.LongType(), False),
-                               T.StructField("n_held_out", T.LongType(), False)])
+                               T.StructField("n_held_out", T.LongType(), False),
+                               T.StructField("held_out_positions", T.LongType(), False),
+                               T.StructField("held_out_seen", T.LongType(), False)])
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,14 @@ class BlockGroup:
     n_blocks: int
     n_serps: int        # training SERPs
     n_held_out: int = 0
+    held_out_positions: int = 0
+    held_out_seen: int = 0   # held-out positions whose (query, doc) pair has a training impression
+
+    @property
+    def seen_share(self) -> float | None:
+        """The share of held-out positions whose pair the training SERPs show (None: nothing held out): how
+        dense the log is where valid scores it."""
+        return self.held_out_seen / self.held_out_positions if self.held_out_positions else None
 
 
 @dataclass
@@ -75,8 +86,9 @@ class PackedLog:
     blocks: DataFrame   # BLOCK_SCHEMA rows, state and stats null
     max_rank: int
     groups: tuple[BlockGroup, ...]
-    #: block -> (bytes of its data, training SERPs, held-out SERPs): one entry per block, none per SERP
-    sizes: Mapping[int, tuple[int, int, int]]
+    #: block -> (bytes of its data, training SERPs, held-out SERPs, held-out positions, those seen in
+    #: training): one entry per block, none per SERP
+    sizes: Mapping[int, tuple[int, int, int, int, int]]
 
     @property
     def n_serps(self) -> int:
@@ -172,31 +184,34 @@ def _group_rows(prep: DataFrame) -> dict[int, tuple[int, int]]:
     return counts
 
 
-def _block_groups(counts: Mapping[int, tuple[int, int]], block_serps: int | None) -> list[BlockGroup]:
-    """Each group's range of blocks, from its (training, held-out) SERPs."""
+def _block_groups(counts: Mapping[int, tuple[int, ...]], block_serps: int | None) -> list[BlockGroup]:
+    """Each group's range of blocks, from its (training, held-out) SERPs (and, once packed, its held-out
+    positions and those seen in training)."""
     groups, first = [], 0
     for g in range(max(len(counts), 1)):
-        n_serps, n_held_out = counts.get(g, (0, 0))
+        n_serps, n_held_out, *positions = counts.get(g, (0, 0))
         n = n_blocks_for(n_serps + n_held_out, block_serps)
-        groups.append(BlockGroup(first, n, n_serps, n_held_out))
+        groups.append(BlockGroup(first, n, n_serps, n_held_out, *positions))
         first += n
     return groups
 
 
-def _group_counts(groups: list[BlockGroup], sizes: Mapping[int, tuple[int, int, int]]) -> dict[int, tuple[int, int]]:
-    """(training, held-out) SERPs per group, summed over its blocks."""
+def _group_counts(groups: list[BlockGroup], sizes: Mapping[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
+    """(training SERPs, held-out SERPs, held-out positions, those seen in training) per group, summed over its
+    blocks."""
     first_blocks = tuple(g.first_block for g in groups)
-    counts = {g: (0, 0) for g in range(len(groups))}
-    for block, (_, n_train, n_held_out) in sizes.items():
+    counts = {g: (0, 0, 0, 0) for g in range(len(groups))}
+    for block, (_, *numbers) in sizes.items():
         g = group_of(block, first_blocks)
-        counts[g] = (counts[g][0] + n_train, counts[g][1] + n_held_out)
+        counts[g] = tuple(a + b for a, b in zip(counts[g], numbers))
     return counts
 
 
 def packed_blocks(prep: DataFrame, M: int, groups: list[BlockGroup], block_serps: int | None, fold: bool,
             order: list[int] | None = None) -> tuple[DataFrame, dict[int, tuple[int, int, int]]]:
     """The log packed into ``groups``' blocks (cached, `_PACKED_SCHEMA` rows), and each block's (data bytes,
-    training SERPs, held-out SERPs). ``order`` (one group): its blocks in the order their pack tasks start."""
+    training SERPs, held-out SERPs, held-out positions, those seen in training). ``order`` (one group): its
+    blocks in the order their pack tasks start."""
 
     def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """A partition's rows (whole blocks: partitioned by block) -> one row per block."""
@@ -212,13 +227,13 @@ def packed_blocks(prep: DataFrame, M: int, groups: list[BlockGroup], block_serps
             ends = np.flatnonzero(np.diff(block[order])) + 1
             parts = [(int(block[part[0]]), rows.take(pa.array(part))) for part in np.split(order, ends)]
         for b, mine in parts:
-            data, keys = pack_block(mine, M)
+            data, keys, seen = pack_block(mine, M)
             held = mine.column("held_out").to_numpy().astype(bool)
             weight = mine.column("weight").to_numpy()
             yield pa.RecordBatch.from_arrays(
                 [pa.array([b], pa.int32()), pa.array([data], pa.binary()),
                  pa.array([keys], pa.binary()), pa.nulls(1, pa.binary()), pa.nulls(1, pa.binary()),
-                 pa.array([int(weight[~held].sum())], pa.int64()), pa.array([int(weight[held].sum())], pa.int64())],
+                 *[pa.array([n], pa.int64()) for n in (int(weight[~held].sum()), int(weight[held].sum()), *seen)]],
                 names=_PACKED_SCHEMA.fieldNames())
 
     def lookup(values: list[int]) -> Column:
@@ -243,8 +258,9 @@ def packed_blocks(prep: DataFrame, M: int, groups: list[BlockGroup], block_serps
         task = F.element_at(F.array(*[F.lit(t) for t in np.argsort(order).tolist()]), F.col("block") + 1)
     packed = to_partitions(rows, n_parts, task).mapInArrow(pack, _PACKED_SCHEMA).cache()
     # the job that fills the cache: one row per block reaches the driver
-    sizes = {int(r["block"]): (int(r["bytes"]), int(r["n_train"]), int(r["n_held_out"])) for r in
-             packed.select("block", F.length("data").alias("bytes"), "n_train", "n_held_out").collect()}
+    counted = ("n_train", "n_held_out", "held_out_positions", "held_out_seen")
+    sizes = {int(r["block"]): (int(r["bytes"]), *(int(r[c]) for c in counted)) for r in
+             packed.select("block", F.length("data").alias("bytes"), *counted).collect()}
     return packed, sizes
 
 
@@ -321,5 +337,5 @@ def sample_of(packed: PackedLog, serps: int) -> PackedLog | None:
     kept = packed.blocks.where(F.col("block").isin(ids))
     # its own balance: a few blocks of unequal size, which the log's partitions hold unevenly
     kept = balanced(kept, task_partitions(kept, len(ids)), sizes)
-    n_serps, n_held_out = (sum(v[i] for v in sizes.values()) for i in (1, 2))
-    return PackedLog(kept, packed.max_rank, (BlockGroup(group.first_block, len(ids), n_serps, n_held_out),), sizes)
+    counts = (sum(v[i] for v in sizes.values()) for i in (1, 2, 3, 4))
+    return PackedLog(kept, packed.max_rank, (BlockGroup(group.first_block, len(ids), *counts),), sizes)

@@ -113,9 +113,9 @@ def _sorted_codes(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
     return rank[encoded.indices.to_numpy()], encoded.dictionary.take(pa.array(order))
 
 
-def pack_block(rows: pa.Table, M: int) -> tuple[bytes, bytes]:
+def pack_block(rows: pa.Table, M: int) -> tuple[bytes, bytes, tuple[int, int]]:
     """One block's rows (query_id, doc_ids, clicks, held_out, weight: ``weight`` identical SERPs each;
-    lists cut to M) -> (data, keys).
+    lists cut to M) -> (data, keys, (held-out positions, those of them whose pair has a training impression)).
 
     Training rows first, then held-out ones, each folded into weighted distinct rows
     (`fold_rows`); pairs of either get an index in (query_id, doc_id) order, whatever order
@@ -144,12 +144,17 @@ def pack_block(rows: pa.Table, M: int) -> tuple[bytes, bytes]:
         n_obs = np.bincount(pair[train], weights=np.broadcast_to(weight[:, None], train.shape)[train],
                             minlength=len(uniques)).astype(np.int64)
         qs, ds = q_values.take(pa.array(uniques // len(d_values))), d_values.take(pa.array(uniques % len(d_values)))
+        # the held-out positions, and those whose pair the training rows show: how dense the log is (`driver._run`)
+        shown = mask & held[:, None]
+        held_weight = np.broadcast_to(weight[:, None], shown.shape)[shown]
+        seen = (int(held_weight.sum()), int(held_weight[n_obs[pair[shown]] > 0].sum()))
     else:
         n_obs, qs, ds = np.zeros(0, np.int64), pa.array([], pa.string()), pa.array([], pa.string())
+        seen = (0, 0)
     train = fold_rows(clicks[~held], pair[~held], weight[~held])
     held = fold_rows(clicks[held], pair[held], weight[held])
     clicks, pair, weight = (np.concatenate([t, h]) for t, h in zip(train, held))
-    return encode_data(clicks, pair, len(n_obs), len(train[2]), weight), encode_keys(qs, ds, n_obs)
+    return encode_data(clicks, pair, len(n_obs), len(train[2]), weight), encode_keys(qs, ds, n_obs), seen
 
 
 def group_of(block: int, first_blocks: tuple[int, ...]) -> int:

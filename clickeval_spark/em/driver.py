@@ -238,7 +238,8 @@ def _run(packed: PackedLog, ctx: FitContext, cands: list[Candidate], passes: Pas
     Then, with ``go_on`` (not on a selection sample: only its choice is wanted), ``opts.tol`` and
     ``opts.converge``, each group's chosen candidate (`chosen_slot`, by the valid LL of that scoring pass: the
     choice is the one the candidates' own stop gives), if tol stopped it (not ``ctx.n_passes``: a cap the
-    caller set holds), goes on alone until the training LL it may still gain
+    caller set holds) and its group is dense (at least ``opts.converge_min_seen`` of the held-out positions
+    of pairs seen in training, `BlockGroup.seen_share`), goes on alone until the training LL it may still gain
     (`Candidate.remaining_gain`) is below ``opts.converge`` per position, or it has made
     ``opts.converge_iterations`` passes; then its own scoring pass. A pass after a scoring pass is the one
     that would have come without it (the scoring pass's M-step is the next pass's, and repeating it on the
@@ -254,13 +255,16 @@ def _run(packed: PackedLog, ctx: FitContext, cands: list[Candidate], passes: Pas
     if not (go_on and ctx.model.iterative and opts.tol is not None and opts.converge is not None):
         return final
     going = []
-    for g in range(len(packed.groups)):
+    for g, group in enumerate(packed.groups):
         mine, slot = chosen_slot(cands, g)
         c = cands[mine[slot]]
         c.chosen_at = (c.valid_ll, c.done)
-        c.stop.update(converge=opts.converge, cap=opts.converge_iterations, gain=c.remaining_gain())
+        c.stop.update(converge=opts.converge, cap=opts.converge_iterations, gain=c.remaining_gain(),
+                      seen_share=group.seen_share, min_seen_share=opts.converge_min_seen)
         if c.stop["rule"] == "cap":   # fit.iterations stopped it before tol did: the cap holds for it
             continue
+        if group.seen_share is not None and group.seen_share < opts.converge_min_seen:
+            continue   # a sparse log: tol's stop stands (`EMOptions.converge_min_seen`)
         if c.stop["gain"] < opts.converge:
             c.stop["rule"] = "converged"
         elif c.done >= opts.converge_iterations:

@@ -47,7 +47,7 @@ def test_the_pack_takes_the_largest_blocks_first(spark):
     packed, sizes = packed_blocks(serps.withColumn("held_out", F.lit(False)).withColumn("group", F.lit(0)), 2, groups,
                             None, False, order)
     try:
-        counts = {b: sizes.get(b, (0, 0, 0))[1] for b in range(5)}
+        counts = {b: sizes.get(b, (0,) * 5)[1] for b in range(5)}
         assert sorted(order) == list(range(5)) and max(counts.values()) >= 30
         assert order == sorted(counts, key=lambda b: (-counts[b], b))
         where = {r["block"]: r["p"] for r in packed.select("block", F.spark_partition_id().alias("p")).collect()}
@@ -90,6 +90,8 @@ def test_held_out_serps_are_counted_per_block(spark):
     try:
         [group] = packed.groups
         assert (group.n_serps, group.n_held_out, group.n_blocks) == (30, 8, 4)
+        # each held-out SERP shows b, which its query's training SERPs show, and c, which none does
+        assert (group.held_out_positions, group.held_out_seen, group.seen_share) == (16, 8, 0.5)
         assert (sum(v[1] for v in packed.sizes.values()), sum(v[2] for v in packed.sizes.values())) == (30, 8)
         lengths = {r["block"]: r["n"] for r in packed.blocks.select("block", F.length("data").alias("n")).collect()}
         assert {b: v[0] for b, v in packed.sizes.items()} == lengths
@@ -110,10 +112,15 @@ def test_a_block_is_the_same_bytes_in_any_order_of_its_rows():
     expected = pack_block(rows.take(pa.array(np.argsort(held, kind="stable"))), 5)   # training rows first
     for seed in range(3):
         assert pack_block(rows.take(pa.array(np.random.default_rng(seed).permutation(n))), 5) == expected
-    data, keys = expected
+    data, keys, seen = expected
     clicks, pair, weight, n_pairs, n_train = decode_data(data)
     assert (int(weight[:n_train].sum()), int(weight[n_train:].sum())) == (
         int(rows.column("weight").to_numpy()[~held].sum()), int(rows.column("weight").to_numpy()[held].sum()))
+    # the held-out positions and those of a pair some training row shows, counted row by row in Python
+    r = rows.to_pylist()
+    shown = {(x["query_id"], d) for x in r if not x["held_out"] for d in x["doc_ids"]}
+    assert seen == (sum(x["weight"] * len(x["doc_ids"]) for x in r if x["held_out"]),
+                    sum(x["weight"] for x in r if x["held_out"] for d in x["doc_ids"] if (x["query_id"], d) in shown))
 
 
 def test_the_partition_keys_hash_as_spark_hashes_a_long(spark):
