@@ -59,6 +59,7 @@ def _load(tmp_path, text, **overrides):
     ("fit: {prior: {halving: {6: 0}}}", "fit.prior.halving.6: must be > 0, got 0"),
     ("fit: {prior: {reuse: {days: 0}}}", "fit.prior.reuse.days: must be >= 1 or null, got 0"),
     ("fit: {prior: {reuse: {margin: -1.0e-3}}}", "fit.prior.reuse.margin: must be > 0, got -0.001"),
+    ("fit: {converge: {min_seen_share: 1.5}}", "fit.converge.min_seen_share: must be in [0, 1], got 1.5"),
 ])
 def test_bad_config_names_the_key_and_allowed_values(tmp_path, text, message):
     with pytest.raises(ConfigError) as err:

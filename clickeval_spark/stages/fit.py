@@ -65,6 +65,9 @@ def run(ctx: StageContext) -> dict[str, list]:
                 if "estimator_valid_ll" in fitted.prior_spec:   # a model with two estimators (SDBN): valid chose
                     chosen += f", estimator {fitted.prior_spec['estimator']} by valid LL"
                 valid_ll = "" if fitted.valid_ll is None else f", valid LL per position {fitted.valid_ll:.4f}"
+                stop = fitted.prior_spec.get("stop", {})
+                if stop.get("seen_share") is not None:   # why it went on to convergence, or did not
+                    chosen += f", stop {stop['rule']} ({stop['seen_share']:.1%} of valid positions seen in training)"
                 print(f"fit {name}: {run.counts['iterations']} iteration(s), "
                       f"train LL per SERP {fitted.history[-1][1]:.4f}{valid_ll}{chosen}")
             ctx.write(reduce(DataFrame.unionByName, rows), "model_params",
