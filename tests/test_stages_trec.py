@@ -65,6 +65,26 @@ def test_every_model_fits_and_predicts(spark, trec):
         assert 0.05 < p1[name] < 0.25, (name, p1[name])
 
 
+def test_the_sparse_sample_keeps_tols_stop_by_its_valid_positions_seen_in_training(spark, trec):
+    """The pack's count of valid positions whose (query, doc) pair has a training impression, recorded with each
+    EM fit, against a join of the serps table's exploded positions: 20% on this sample, under
+    fit.converge.min_seen_share (0.9), so no chosen fit goes on past its candidates' stop (here the fixture's
+    10-pass cap ends most of them too; tests/em/test_stop_rule.py checks the rule itself both ways)."""
+    cfg, warehouse, _, _ = trec
+    serps = read_table(spark, warehouse, "serps").where("dataset = 'trec2014'")
+    shown = serps.select("split", "query_id", F.explode(F.slice("doc_ids", 1, 10)).alias("doc_id"))
+    trained = shown.where("split = 'train'").select("query_id", "doc_id").distinct().withColumn("seen", F.lit(1))
+    expected = (shown.where("split = 'valid'").join(trained, on=["query_id", "doc_id"], how="left")
+                .agg(F.avg(F.coalesce("seen", F.lit(0)))).first()[0])
+    assert 0.19 < expected < 0.21
+    runs = read_table(spark, warehouse, "runs").where("run_id = 'trec-run' AND job LIKE 'fit:%'").collect()
+    stops = {r["job"]: json.loads(r["details"]).get("prior", {}).get("stop", {}) for r in runs}
+    for model in ("pbm", "ubm", "dcm", "ccm", "dbn"):
+        stop = stops[f"fit:{model}"]
+        assert stop["seen_share"] == pytest.approx(expected, abs=1e-12) and stop["min_seen_share"] == 0.9
+        assert stop["passes"] == stop["tol_passes"] and stop["rule"] in ("tol", "cap"), (model, stop)
+
+
 def test_em_never_goes_down_and_the_prior_beats_the_plain_ratio_on_test(spark, trec):
     """EM's guarantees where they hold (the plain MLE's LL, PyClick's fixed Beta(2, 2) prior's log
     posterior), and the point of the default prior: on real sparse data it wins on unseen SERPs."""
