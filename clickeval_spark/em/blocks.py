@@ -208,7 +208,7 @@ def _group_counts(groups: list[BlockGroup], sizes: Mapping[int, tuple[int, ...]]
 
 
 def packed_blocks(prep: DataFrame, M: int, groups: list[BlockGroup], block_serps: int | None, fold: bool,
-            order: list[int] | None = None) -> tuple[DataFrame, dict[int, tuple[int, int, int]]]:
+            order: list[int] | None = None) -> tuple[DataFrame, dict[int, tuple[int, ...]]]:
     """The log packed into ``groups``' blocks (cached, `_PACKED_SCHEMA` rows), and each block's (data bytes,
     training SERPs, held-out SERPs, held-out positions, those seen in training). ``order`` (one group): its
     blocks in the order their pack tasks start."""
