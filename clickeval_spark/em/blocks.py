@@ -227,13 +227,11 @@ def packed_blocks(prep: DataFrame, M: int, groups: list[BlockGroup], block_serps
             ends = np.flatnonzero(np.diff(block[order])) + 1
             parts = [(int(block[part[0]]), rows.take(pa.array(part))) for part in np.split(order, ends)]
         for b, mine in parts:
-            data, keys, seen = pack_block(mine, M)
-            held = mine.column("held_out").to_numpy().astype(bool)
-            weight = mine.column("weight").to_numpy()
+            data, keys, counts = pack_block(mine, M)
             yield pa.RecordBatch.from_arrays(
                 [pa.array([b], pa.int32()), pa.array([data], pa.binary()),
                  pa.array([keys], pa.binary()), pa.nulls(1, pa.binary()), pa.nulls(1, pa.binary()),
-                 *[pa.array([n], pa.int64()) for n in (int(weight[~held].sum()), int(weight[held].sum()), *seen)]],
+                 *[pa.array([n], pa.int64()) for n in counts]],
                 names=_PACKED_SCHEMA.fieldNames())
 
     def lookup(values: list[int]) -> Column:

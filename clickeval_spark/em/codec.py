@@ -113,9 +113,10 @@ def _sorted_codes(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
     return rank[encoded.indices.to_numpy()], encoded.dictionary.take(pa.array(order))
 
 
-def pack_block(rows: pa.Table, M: int) -> tuple[bytes, bytes, tuple[int, int]]:
+def pack_block(rows: pa.Table, M: int) -> tuple[bytes, bytes, tuple[int, int, int, int]]:
     """One block's rows (query_id, doc_ids, clicks, held_out, weight: ``weight`` identical SERPs each;
-    lists cut to M) -> (data, keys, (held-out positions, those of them whose pair has a training impression)).
+    lists cut to M) -> (data, keys, counts): counts are its training SERPs, held-out SERPs, held-out
+    positions and those of them whose pair has a training impression.
 
     Training rows first, then held-out ones, each folded into weighted distinct rows
     (`fold_rows`); pairs of either get an index in (query_id, doc_id) order, whatever order
@@ -151,10 +152,11 @@ def pack_block(rows: pa.Table, M: int) -> tuple[bytes, bytes, tuple[int, int]]:
     else:
         n_obs, qs, ds = np.zeros(0, np.int64), pa.array([], pa.string()), pa.array([], pa.string())
         seen = (0, 0)
+    counts = (int(weight[~held].sum()), int(weight[held].sum()), *seen)
     train = fold_rows(clicks[~held], pair[~held], weight[~held])
     held = fold_rows(clicks[held], pair[held], weight[held])
     clicks, pair, weight = (np.concatenate([t, h]) for t, h in zip(train, held))
-    return encode_data(clicks, pair, len(n_obs), len(train[2]), weight), encode_keys(qs, ds, n_obs), seen
+    return encode_data(clicks, pair, len(n_obs), len(train[2]), weight), encode_keys(qs, ds, n_obs), counts
 
 
 def group_of(block: int, first_blocks: tuple[int, ...]) -> int:

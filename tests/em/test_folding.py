@@ -101,9 +101,10 @@ def test_pack_block_folds_train_and_held_out_apart():
     # row 3 is the same SERP held out: it stays its own row
     rows = _rows(["q"] * 5, [["a", "b"], ["a", "b"], ["a", "b"], ["a", "b"], ["b", "a"]],
                  [[1, 0], [1, 0], [1, 0], [1, 0], [0, 0]], [False, False, True, False, False], [1, 2, 1, 1, 1])
-    data, keys, seen = pack_block(rows, 3)
+    data, keys, counts = pack_block(rows, 3)
     clicks, pair, weight, n_pairs, n_train = decode_data(data)
-    assert seen == (2, 2)   # the held-out SERP's two positions, both of pairs the training rows show
+    # 5 training SERPs, 1 held out, whose two positions are both of pairs the training rows show
+    assert counts == (5, 1, 2, 2)
     assert (n_pairs, n_train) == (2, 2)
     assert pair.tolist() == [[0, 1, -1], [1, 0, -1], [0, 1, -1]]
     assert clicks.tolist() == [[1, 0, 0], [0, 0, 0], [1, 0, 0]]
@@ -119,9 +120,9 @@ def test_pack_block_numbers_pairs_in_python_string_order_whatever_the_row_order(
     rows = _rows(queries, docs, [[0, 1], [1, 1], [0], [0, 0], [1, 0]], [False, False, True, False, False])
     expected = sorted({(q, d) for q, ds in zip(queries, docs) for d in ds})
     for order in ([0, 1, 2, 3, 4], [4, 3, 2, 1, 0], [2, 0, 4, 1, 3]):
-        data, keys, seen = pack_block(rows.take(order), 2)
+        data, keys, counts = pack_block(rows.take(order), 2)
         k = decode_keys(keys)
-        assert seen == (1, 0)   # held out: ("éq", "a") alone, which no training row shows
+        assert counts == (4, 1, 1, 0)   # held out: ("éq", "a") alone, which no training row shows
         assert list(zip(k.column("query_id").to_pylist(), k.column("doc_id").to_pylist())) == expected
         # held-out impressions ("éq", "a") are indexed but not counted
         assert dict(zip(expected, k.column("n_obs").to_pylist()))[("éq", "a")] == 0

@@ -112,15 +112,16 @@ def test_a_block_is_the_same_bytes_in_any_order_of_its_rows():
     expected = pack_block(rows.take(pa.array(np.argsort(held, kind="stable"))), 5)   # training rows first
     for seed in range(3):
         assert pack_block(rows.take(pa.array(np.random.default_rng(seed).permutation(n))), 5) == expected
-    data, keys, seen = expected
+    data, keys, counts = expected
     clicks, pair, weight, n_pairs, n_train = decode_data(data)
     assert (int(weight[:n_train].sum()), int(weight[n_train:].sum())) == (
         int(rows.column("weight").to_numpy()[~held].sum()), int(rows.column("weight").to_numpy()[held].sum()))
-    # the held-out positions and those of a pair some training row shows, counted row by row in Python
+    # the SERPs, the held-out positions and those of a pair some training row shows, counted row by row in Python
     r = rows.to_pylist()
     shown = {(x["query_id"], d) for x in r if not x["held_out"] for d in x["doc_ids"]}
-    assert seen == (sum(x["weight"] * len(x["doc_ids"]) for x in r if x["held_out"]),
-                    sum(x["weight"] for x in r if x["held_out"] for d in x["doc_ids"] if (x["query_id"], d) in shown))
+    assert counts == (sum(x["weight"] for x in r if not x["held_out"]), sum(x["weight"] for x in r if x["held_out"]),
+                      sum(x["weight"] * len(x["doc_ids"]) for x in r if x["held_out"]),
+                      sum(x["weight"] for x in r if x["held_out"] for d in x["doc_ids"] if (x["query_id"], d) in shown))
 
 
 def test_the_partition_keys_hash_as_spark_hashes_a_long(spark):
