@@ -9,7 +9,7 @@ A block row (`blocks.BLOCK_SCHEMA`) carries:
     keys  binary  Arrow IPC stream: query_id, doc_id, n_obs (training impressions) of each pair
     state binary  float64 (C, 3, n_qd_params, n_pairs): per candidate fit, the pairs' current values and
                   the num / den of the last E-step (null = the start, all 0.5)
-    stats binary  float64 vector: per candidate, the block's sums of the last pass (`sums.stats_layout`)
+    stats binary  float64 vector: per candidate, the block's sums of the last pass (`step.stats_layout`)
 
 Determinism: a block's rows are sorted by their (pair, clicks) bytes and its pairs by (query_id, doc_id),
 so every sum of a pass is taken in an order fixed by the data alone.
@@ -75,10 +75,13 @@ def decode_keys(buf) -> pa.Table:
 
 
 def decode_state(buf, n_candidates: int, n_params: int, n_pairs: int) -> np.ndarray | None:
-    """(C, 3, P, n_pairs): per candidate the values, last num, last den; None before the first pass."""
+    """(C, D, P, n_pairs): per candidate the values, last num, last den, and (D = 6) the points an extrapolation
+    keeps (`step.em_block`); None before the first pass."""
     if buf is None:
         return None
-    return np.frombuffer(buf, dtype=np.float64).reshape(n_candidates, 3, n_params, n_pairs)
+    flat = np.frombuffer(buf, dtype=np.float64)
+    per_row = n_candidates * n_params * n_pairs
+    return flat.reshape(n_candidates, flat.size // per_row if per_row else 3, n_params, n_pairs)
 
 
 def fold_rows(clicks: np.ndarray, pair: np.ndarray, weight: np.ndarray | None = None

@@ -1,7 +1,7 @@
 """The contract between the EM driver and the engines that run its passes.
 
 A pass runs every candidate fit's `PassPlan` over every block of a packed log and returns each
-candidate's summed stats (`sums.stats_layout`). Two engines implement `Passes`:
+candidate's summed stats (`step.stats_layout`). Two engines implement `Passes`:
 `stage_passes.StagePasses` (one Spark job per pass) and `resident.ResidentPasses` (every pass in
 one barrier stage). Both run `sums.block_pass` on every block and add the blocks' vectors in block
 order, so their sums are the same bit for bit.
@@ -22,6 +22,7 @@ class PassMode(StrEnum):
     STEP = "step"     # M-step of its update, LL, E-step
     SCORE = "score"   # M-step, LL only: the final pass
     HOLD = "hold"     # converged: its state kept, nothing computed
+    NORM = "norm"     # M-step only, kept as an extrapolation's third point; its differences' squared norms
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ class PassPlan:
     seen_by_rank: pairs seen in training shrink toward their ranks' mean (`step.em_block`).
     compiled: the block step by the model's compiled pass (`step.compiled_pass`), False: by the numpy kernels;
         None: the model's default (`step.em_block`).
+    keep: after the M-step, keep the values as point 0 or 1 of an extrapolation (`acceleration`); None: not.
+    extrapolate: the values are the extrapolation of the kept points 0, 1, 2 by this step length, instead of
+        the M-step (`step.extrapolated`).
+    restore: the values are the kept point 2, instead of the M-step (an extrapolation that was refused).
     """
 
     mode: PassMode
@@ -49,6 +54,9 @@ class PassPlan:
     eb: bool = False
     seen_by_rank: bool = False
     compiled: bool | None = None
+    keep: int | None = None
+    extrapolate: float | None = None
+    restore: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", PassMode(self.mode))

@@ -40,8 +40,8 @@ from pyspark.sql import DataFrame
 from clickeval_spark.em.blocks import PASS_SCHEMA
 from clickeval_spark.em.layout import checkpointed, release, replicated
 from clickeval_spark.em.passes import EngineLost, PassPlan
-from clickeval_spark.em.step import BlockArrays
-from clickeval_spark.em.sums import block_pass, pass_plans, stats_layout, sum_block_stats
+from clickeval_spark.em.step import BlockArrays, stats_layout
+from clickeval_spark.em.sums import block_pass, pass_plans, sum_block_stats
 from clickeval_spark.models.base import ClickModel
 from clickeval_spark.session import cache_level
 

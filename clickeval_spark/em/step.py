@@ -40,6 +40,31 @@ def compiled_pass(model: ClickModel) -> str | None:
     return "examination" if model.examination_cells else _CHAIN_PASSES.get(type(model))
 
 
+def stats_layout(model: ClickModel, M: int) -> list[tuple[str, int]]:
+    """(name, length) of the sections of one candidate's stats vector, in order.
+
+    ll: summed per-SERP log-likelihood of the training SERPs under the pass's
+    parameters; n: their count; ll_valid / n_valid: summed log-likelihood and
+    position count of the held-out (valid) SERPs; lp: log prior density of the
+    block's qd values; n_pos: the training SERPs' positions (the stopping rule's
+    per-position scale, `candidates.remaining_gain`); ppl_n / ppl_ln: per rank, the held-out SERPs reaching it and
+    their summed ln P(observed click) under the unconditional click probability
+    (perplexity's terms; only in a pass given ``ppl_eps``); pool_<p>: pooled
+    (num, den) of qd parameter p; rank_<p>: the same by rank (num..., den...: the
+    rank-aware prior means); eb_<p>: p's Beta-binomial log evidence per strength of
+    `priors.EB_GRID` (only in a pass asked for it); <global>: (num..., den...) of each global
+    parameter, flattened; accel: a `PassMode.NORM` pass's squared norms of the kept points' first and second
+    differences (`extrapolated`; 0 in any other pass).
+    """
+    layout = [("ll", 1), ("n", 1), ("ll_valid", 1), ("n_valid", 1), ("lp", 1), ("n_pos", 1),
+              ("ppl_n", M), ("ppl_ln", M)]
+    layout += [(f"pool_{p}", 2) for p in model.qd_params]
+    layout += [(f"rank_{p}", 2 * M) for p in model.qd_params]
+    layout += [(f"eb_{p}", len(EB_GRID)) for p in model.qd_params]
+    layout += [(name, 2 * int(np.prod(shape))) for name, shape in sorted(model.global_shapes(M).items())]
+    return layout + [("accel", 2)]
+
+
 @dataclass(frozen=True)
 class BlockArrays:
     """One block's rows as `em_block` reads them, with what every pass derives from the rows alone.
@@ -159,6 +184,11 @@ def em_block(model: ClickModel, block: BlockArrays, state: np.ndarray | None, pl
         values, num_prev, den_prev = np.full((P, n_pairs), INIT_VALUE), np.zeros((P, n_pairs)), np.zeros((P, n_pairs))
     else:
         values, num_prev, den_prev = state[0], state[1], state[2]
+    # the points an extrapolation keeps (`acceleration`): rows 3-5 of a state that has them
+    kept = state[3:] if state is not None and len(state) == 6 else np.zeros((3, P, n_pairs))
+    keeping = plan.keep is not None or plan.extrapolate is not None or plan.mode == PassMode.NORM
+    if (plan.extrapolate is not None or plan.restore) and (state is None or len(state) != 6):
+        raise ValueError("em_block: an extrapolation needs the points a cycle kept, and the state has none")
     lp = 0.0
     unseen = np.full((P, M), INIT_VALUE)
     if update is not None and P:
@@ -166,8 +196,22 @@ def em_block(model: ClickModel, block: BlockArrays, state: np.ndarray | None, pl
         seen = block.impressions > 0
         unseen = np.asarray(update[2], dtype=np.float64) if len(update) > 2 else np.broadcast_to(m, (P, M))
         m_pair = block.pair_means(unseen) if plan.seen_by_rank else np.broadcast_to(m, (P, n_pairs))
-        values = np.where(seen[None, :], posterior_mode(num_prev, den_prev, values, k, m_pair), m)
+        if plan.restore:
+            values = kept[2].copy()
+        elif plan.extrapolate is not None:
+            values = extrapolated(kept[0], kept[1], kept[2], plan.extrapolate)
+        else:
+            values = np.where(seen[None, :], posterior_mode(num_prev, den_prev, values, k, m_pair), m)
         lp = log_prior(values[:, seen], k, m_pair[:, seen])
+    if plan.mode == PassMode.NORM:   # the third point, and what the step length is made of
+        kept = np.stack([kept[0], kept[1], values])
+        r, v = kept[1] - kept[0], kept[2] - 2 * kept[1] + kept[0]
+        parts = np.zeros(sum(n for _, n in stats_layout(model, M)))
+        parts[-2:] = float(np.sum(r * r)), float(np.sum(v * v))
+        return np.concatenate([np.stack([values, num_prev, den_prev]), kept]), parts
+    if plan.keep is not None:
+        kept = kept.copy()
+        kept[plan.keep] = values
     # each pair's value; in the spare bin one a masked rank reads (kernels ignore masked ranks); then the
     # values of held-out ranks whose pair has no training impression, by rank (`BlockArrays.bins`)
     padded = np.concatenate([values, np.full((P, 1), INIT_VALUE), unseen], axis=1)
@@ -241,7 +285,7 @@ def em_block(model: ClickModel, block: BlockArrays, state: np.ndarray | None, pl
             if p in model.impression_dens:
                 qd_den[j] = block.impressions
                 rank_den[j] = block.rank_impressions
-    new_state = np.stack([values, qd_num, qd_den])
+    new_state = np.stack([values, qd_num, qd_den, *(kept if keeping else ())])
     parts = [np.array([ll, float(weight[:n_train].sum()), ll_valid, block.n_valid if held_out else 0.0, lp,
                        float(block.rank_impressions.sum())]),
              ppl_n, ppl_ln]
@@ -250,7 +294,21 @@ def em_block(model: ClickModel, block: BlockArrays, state: np.ndarray | None, pl
     parts += [_evidence(qd_num[j], qd_den[j], m_pair[j]) if plan.eb and estep and update is not None
               else np.zeros(len(EB_GRID)) for j in range(P)]
     parts += [np.concatenate([g_num[k_].ravel(), g_den[k_].ravel()]) for k_ in shapes]
+    parts += [np.zeros(2)]   # accel: a NORM pass's
     return new_state, np.concatenate(parts)
+
+
+#: an extrapolated probability stays this far inside (0, 1), unless its third point already lies outside
+EXTRAPOLATION_MARGIN = 1e-6
+
+
+def extrapolated(p0: np.ndarray, p1: np.ndarray, p2: np.ndarray, alpha: float) -> np.ndarray:
+    """SQUAREM's extrapolation (Varadhan & Roland 2008, scheme S3) of three successive EM points by step length
+    ``alpha`` >= 1: p0 + 2 alpha r + alpha^2 v, r = p1 - p0, v = p2 - 2 p1 + p0 (alpha = 1 gives p2), held
+    inside (0, 1) by `EXTRAPOLATION_MARGIN`: every parameter of these models is a probability."""
+    r, v = p1 - p0, p2 - 2 * p1 + p0
+    out = p0 + 2 * alpha * r + alpha * alpha * v
+    return np.clip(out, np.minimum(EXTRAPOLATION_MARGIN, p2), np.maximum(1 - EXTRAPOLATION_MARGIN, p2))
 
 
 def _evidence(num: np.ndarray, den: np.ndarray, m: np.ndarray) -> np.ndarray:

@@ -1,5 +1,5 @@
-"""What a pass returns: the layout of a candidate's stats vector, one pass of every candidate over a
-block, and the blocks' vectors summed in block order (so the sums do not depend on task order)."""
+"""What a pass returns: a candidate's stats vector (its layout: `step.stats_layout`), one pass of every
+candidate over a block, and the blocks' vectors summed in block order (so the sums do not depend on task order)."""
 
 from __future__ import annotations
 
@@ -10,32 +10,8 @@ import numpy as np
 
 from clickeval_spark.em.codec import decode_state, group_of
 from clickeval_spark.em.passes import PassMode, PassPlan
-from clickeval_spark.em.step import BlockArrays, em_block
+from clickeval_spark.em.step import BlockArrays, em_block, stats_layout
 from clickeval_spark.models.base import ClickModel
-from clickeval_spark.models.priors import EB_GRID
-
-def stats_layout(model: ClickModel, M: int) -> list[tuple[str, int]]:
-    """(name, length) of the sections of one candidate's stats vector, in order.
-
-    ll: summed per-SERP log-likelihood of the training SERPs under the pass's
-    parameters; n: their count; ll_valid / n_valid: summed log-likelihood and
-    position count of the held-out (valid) SERPs; lp: log prior density of the
-    block's qd values; n_pos: the training SERPs' positions (the stopping rule's
-    per-position scale, `candidates.remaining_gain`); ppl_n / ppl_ln: per rank, the held-out SERPs reaching it and
-    their summed ln P(observed click) under the unconditional click probability
-    (perplexity's terms; only in a pass given ``ppl_eps``); pool_<p>: pooled
-    (num, den) of qd parameter p; rank_<p>: the same by rank (num..., den...: the
-    rank-aware prior means); eb_<p>: p's Beta-binomial log evidence per strength of
-    `priors.EB_GRID` (only in a pass asked for it); <global>: (num..., den...) of each global
-    parameter, flattened.
-    """
-    layout = [("ll", 1), ("n", 1), ("ll_valid", 1), ("n_valid", 1), ("lp", 1), ("n_pos", 1),
-              ("ppl_n", M), ("ppl_ln", M)]
-    layout += [(f"pool_{p}", 2) for p in model.qd_params]
-    layout += [(f"rank_{p}", 2 * M) for p in model.qd_params]
-    layout += [(f"eb_{p}", len(EB_GRID)) for p in model.qd_params]
-    layout += [(name, 2 * int(np.prod(shape))) for name, shape in sorted(model.global_shapes(M).items())]
-    return layout
 
 
 def split_stats(model: ClickModel, M: int, vec: np.ndarray) -> dict[str, np.ndarray]:
@@ -56,23 +32,28 @@ def plan_lanes(plans: list[PassPlan], n_groups: int) -> list[list[int]]:
 
 def block_pass(model: ClickModel, plans: list[PassPlan], lanes: list[list[int]], first_blocks: tuple[int, ...],
                block: int, arrays: BlockArrays, state_buf) -> tuple[np.ndarray, np.ndarray]:
-    """One pass of every candidate over one block: (the block's new state (C_g, 3, P, n_pairs), its stats vector
+    """One pass of every candidate over one block: (the block's new state (C_g, D, P, n_pairs), its stats vector
     for all C candidates, zeros where a candidate is not the block's group's or holds).
 
-    ``arrays``: the block's rows (`BlockArrays`); ``state_buf``: its state (None before the first pass).
+    ``arrays``: the block's rows (`BlockArrays`); ``state_buf``: its state (None before the first pass). D is 3
+    (`step.em_block`'s values, num, den), or 6 while a candidate's plan keeps points for an extrapolation
+    (`acceleration`; the others' extra rows are zeros).
     """
     P = len(model.qd_params)
     mine = lanes[group_of(block, first_blocks)]
     n_pairs = arrays.n_pairs
     state = decode_state(state_buf, len(mine), P, n_pairs)
     size = sum(n for _, n in stats_layout(model, arrays.clicks.shape[1]))
-    new, vec = np.empty((len(mine), 3, P, n_pairs)), np.zeros(len(plans) * size)
+    keeping = any(plans[c].keep is not None or plans[c].extrapolate is not None or plans[c].mode == PassMode.NORM
+                  for c in mine)
+    new, vec = np.zeros((len(mine), 6 if keeping else 3, P, n_pairs)), np.zeros(len(plans) * size)
     for slot, c in enumerate(mine):
         plan = plans[c]
         if plan.mode == PassMode.HOLD:   # only after a first pass: the state exists
-            new[slot] = state[slot]
-            continue
-        new[slot], vec[c * size:(c + 1) * size] = em_block(model, arrays, None if state is None else state[slot], plan)
+            out = state[slot]
+        else:
+            out, vec[c * size:(c + 1) * size] = em_block(model, arrays, None if state is None else state[slot], plan)
+        new[slot, :min(len(out), new.shape[1])] = out[:new.shape[1]]
     arrays.end_pass()
     return new, vec
 
