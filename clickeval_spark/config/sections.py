@@ -189,6 +189,9 @@ class ConvergeConfig(Section):
     # the share of valid positions whose (query, doc) pair the training SERPs show, from which a log is dense
     # (0: every log; a fit with no valid SERPs counts as dense)
     min_seen_share: Annotated[float, Field(ge=0, le=1)] = 0.9
+    # go on by SQUAREM's extrapolations of the EM steps (`em.acceleration`): the same fixed point in fewer
+    # passes; false: by plain EM steps
+    accelerate: bool = True
 
 
 class FitConfig(Section):

@@ -46,6 +46,11 @@ class Candidate:
     valid_at: int | None = None   # the iteration whose parameters valid_ll scored
     dropped_at: int | None = None   # the iteration at whose valid LL successive halving stopped it (`selection.halve`)
     stop: dict = field(default_factory=dict)   # how its passes ended (`driver._run`), for the fit's record
+    #: the history entry from which its passes are plain EM steps again, after an extrapolation (`acceleration`)
+    plain_from: int = 0
+    #: the rate of its plain EM steps before its first extrapolation (`acceleration`), for the runs after one
+    #: that are too short to read their own
+    rate: float | None = None
 
     @property
     def label(self) -> str:
@@ -84,10 +89,8 @@ class Candidate:
         ll = float(sums["ll"][0]) / n_serps
         if sums["n_pos"][0] > 0:
             self.per_position = n_serps / float(sums["n_pos"][0])
-        lp_glob = sum(log_prior(self.g[name], f.k, self.g_means[name]) for name, f in self.prior.glob.items()
-                      if f.k > 0 and name in self.g_means)
         self.history.append((it, ll, self.pending_secs))
-        self.posterior.append((float(sums["ll"][0]) + float(sums["lp"][0]) + lp_glob) / n_serps)
+        self.posterior.append(self.log_posterior(sums, n_serps))
         scored = sums["n_valid"][0] > 0   # held-out SERPs scored in this pass
         if opts.select_on_held_out and scored:
             self.valid_ll, self.valid_at = float(sums["ll_valid"][0] / sums["n_valid"][0]), it
@@ -95,6 +98,12 @@ class Candidate:
                       "prior m %s, %.2f s", model.name, self.label, it, ll, self.posterior[-1],
                       f"{self.valid_ll:.6f}" if scored and opts.select_on_held_out else "-", self.means_text,
                       self.pending_secs)
+
+    def log_posterior(self, sums: dict[str, np.ndarray], n_serps: int) -> float:
+        """The log posterior per training SERP of the parameters a pass scored (its ``sums``) under ``self.g``."""
+        lp_glob = sum(log_prior(self.g[name], f.k, self.g_means[name]) for name, f in self.prior.glob.items()
+                      if f.k > 0 and name in self.g_means)
+        return (float(sums["ll"][0]) + float(sums["lp"][0]) + lp_glob) / n_serps
 
     def advance(self, it: int, sums: dict[str, np.ndarray], secs: float, n_serps: int, ctx: FitContext) -> None:
         """After pass ``it``: record what it scored, end the warm-up or the fit, and plan the M-steps."""
@@ -134,10 +143,14 @@ class Candidate:
             self.active = False
 
     def remaining_gain(self) -> float:
-        """`remaining_gain` of this candidate's training LL under its final prior (inf while m still moves)."""
+        """`remaining_gain` of this candidate's training LL under its final prior, over its plain EM steps since
+        its last extrapolation, at their own rate or, while they are too few to read it, at ``self.rate``
+        (inf while m still moves)."""
         if self.compare_from is None:
             return math.inf
-        return remaining_gain([h[1] for h in self.history[self.compare_from:]], self.per_position)
+        ll = [h[1] for h in self.history[max(self.compare_from, self.plain_from):]]
+        short = len(ll) < GAIN_SPAN + 2 and self.rate is not None
+        return remaining_gain(ll, self.per_position, rate=self.rate if short else None)
 
     def eb_update(self, model: ClickModel, M: int, sums: dict[str, np.ndarray]) -> None:
         """An empirical Bayes candidate's strengths from this pass's counts: each qd family's from its pairs'
@@ -177,22 +190,29 @@ class Candidate:
 GAIN_SPAN, FALLBACK_RATE = 3, 0.99
 
 
-def remaining_gain(ll: list[float], per_position: float, span: int = GAIN_SPAN) -> float:
+def remaining_gain(ll: list[float], per_position: float, span: int = GAIN_SPAN, rate: float | None = None) -> float:
     """The training LL (nats per position) EM may still gain after the last entry of ``ll`` (per SERP, one entry
     a pass, one prior), if its steps go on shrinking geometrically: d r / (1 - r), d the last step, r the rate
     over the last ``span`` steps, (d / d_span)^(1/span). EM converges linearly, so this is the tail of its
     steps; a step that is not a rise (a prior's LL may fall as the posterior rises), or a step ``span``
     back that was not one, counts at r = FALLBACK_RATE (99 |d|); inf while there are fewer than span + 1
-    steps or if r >= 1.
+    steps or if r >= 1. A ``rate`` given is r (`step_rate`), for a run of steps too short to read its own:
+    then one step is enough.
 
     Why the LL and not the log posterior: on the dense log of benchmarks/stop_rule.py the log posterior per
     SERP still rose at a rate of 0.993-0.997 a pass after 100 passes, when the LL had long settled within
     1e-5 per position; and the LL is what the fit is scored by."""
-    if len(ll) < span + 2:
+    if len(ll) < (2 if rate is not None else span + 2):
         return math.inf
-    d, back = (ll[-1] - ll[-2]) * per_position, (ll[-1 - span] - ll[-2 - span]) * per_position
-    r = (d / back) ** (1.0 / span) if d > 0 and back > 0 else FALLBACK_RATE
+    d = (ll[-1] - ll[-2]) * per_position
+    r = (rate if d > 0 else FALLBACK_RATE) if rate is not None else step_rate(ll, span)
     return math.inf if r >= 1 else abs(d) * r / (1 - r)
+
+
+def step_rate(ll: list[float], span: int = GAIN_SPAN) -> float:
+    """The rate r of `remaining_gain` of the last ``span`` steps of ``ll`` (at least span + 2 entries)."""
+    d, back = ll[-1] - ll[-2], ll[-1 - span] - ll[-2 - span]
+    return (d / back) ** (1.0 / span) if d > 0 and back > 0 else FALLBACK_RATE
 
 
 def candidate_prior(prior: ModelPrior, k: float | Strength | None) -> ModelPrior:

@@ -19,6 +19,7 @@ import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from clickeval_spark.em.acceleration import accelerated_passes
 from clickeval_spark.em.blocks import PackedLog, checkpointed, cluster_slots, pack_serps, qd_table, sample_of
 from clickeval_spark.em.candidates import Candidate, candidate_prior
 from clickeval_spark.em.context import FitContext, OnPass
@@ -243,8 +244,9 @@ def _run(packed: PackedLog, ctx: FitContext, cands: list[Candidate], passes: Pas
     (`Candidate.remaining_gain`) is below ``opts.converge`` per position, or it has made
     ``opts.converge_iterations`` passes; then its own scoring pass. A pass after a scoring pass is the one
     that would have come without it (the scoring pass's M-step is the next pass's, and repeating it on the
-    same sums gives the same values), so the chosen fit is exact EM's path, only longer. Every candidate's
-    `Candidate.stop` records how its passes ended.
+    same sums gives the same values), so the chosen fit is exact EM's path, only longer; with
+    ``opts.converge_accelerate`` it goes on by SQUAREM's extrapolations instead (`acceleration`), toward the
+    same fixed point. Every candidate's `Candidate.stop` records how its passes ended.
     """
     opts = ctx.opts
     final = _passes(packed, ctx, cands, passes, ctx.n_passes, phase)
@@ -279,12 +281,14 @@ def _run(packed: PackedLog, ctx: FitContext, cands: list[Candidate], passes: Pas
         c.history.pop()
         c.posterior.pop()
     on = [i for i, c in enumerate(cands) if c.active]
-    again = _passes(packed, ctx, cands, passes, opts.converge_iterations, phase + ("; " if phase else "") + "converge")
+    run = accelerated_passes if opts.converge_accelerate else _passes
+    again = run(packed, ctx, cands, passes, opts.converge_iterations, phase + ("; " if phase else "") + "converge")
     for i in on:
         c = cands[i]
         final[i] = again[i]
         c.stop.update(rule="converged" if c.done < opts.converge_iterations else "cap", passes=c.done,
-                      gain=c.remaining_gain())
+                      # SQUAREM's is the gain it stopped by (`acceleration`)
+                      **({} if opts.converge_accelerate else {"gain": c.remaining_gain()}))
         ctx.log.debug("%s %s went on to %d passes: training LL still to gain about %.2e per position (%s)",
                       ctx.model.name, c.label, c.done, c.stop["gain"], c.stop["rule"])
     return final

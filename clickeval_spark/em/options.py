@@ -46,6 +46,8 @@ class EMOptions:
         ``iterations`` did, goes on until the training LL it may still gain (`candidates.remaining_gain`) is
         below this, in nats per training position; None: it stops with the candidates.
     converge_iterations: the cap on the chosen fit's passes while it goes on.
+    converge_accelerate: the chosen fit goes on by SQUAREM's extrapolations of its EM steps (`acceleration`);
+        False: by plain EM steps.
     converge_min_seen: the chosen fit goes on only on a dense log: one where at least this share of the held-out
         positions are of (query, doc) pairs the training SERPs show (`blocks.BlockGroup.seen_share`; a log
         with nothing held out counts as dense).
@@ -69,6 +71,7 @@ class EMOptions:
     tol: float | None = _FIT.tol
     converge: float | None = _FIT.converge.gain
     converge_iterations: int = _FIT.converge.iterations
+    converge_accelerate: bool = _FIT.converge.accelerate
     converge_min_seen: float = _FIT.converge.min_seen_share
     prior: ModelPrior | None = None
     k_grid: Sequence[float] = _FIT.prior.grid
@@ -107,7 +110,8 @@ class EMOptions:
         prior = model_prior(model, max_rank, kind, k, families, rank_means=fit.prior.rank_means,
                             seen_means=fit.prior.seen_means)
         return cls(iterations=fit.iterations, tol=fit.tol, converge=fit.converge.gain,
-                   converge_iterations=fit.converge.iterations, converge_min_seen=fit.converge.min_seen_share,
+                   converge_iterations=fit.converge.iterations, converge_accelerate=fit.converge.accelerate,
+                   converge_min_seen=fit.converge.min_seen_share,
                    prior=prior, k_grid=fit.prior.grid,
                    prior_warmup=fit.prior.warmup, checkpoint_interval=fit.checkpoint_interval, engine=fit.engine,
                    select_serps=fit.prior.select_serps, halving=tuple(sorted(fit.prior.halving.items())),
