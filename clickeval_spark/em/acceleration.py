@@ -83,7 +83,8 @@ class Squarem:
 def accelerated_passes(packed: PackedLog, ctx: FitContext, cands: list[Candidate], passes: Passes, cap: int,
                        phase: str) -> list[dict[str, np.ndarray] | None]:
     """`driver._passes` for the active candidates by SQUAREM cycles (above): passes until none is active or
-    each has made ``cap`` E-step passes, then the scoring pass of those that were active: its sums."""
+    each has made ``cap`` passes in its history, then the scoring pass of those that were active: its sums. The
+    cap does not count a cycle's NORM pass or a refused jump's (`Squarem.record`: norm_passes, refused)."""
     opts = ctx.opts
     scored = [c.active for c in cands]
     cycle = {id(c): Squarem() for c in cands if c.active}
@@ -104,7 +105,8 @@ def accelerated_passes(packed: PackedLog, ctx: FitContext, cands: list[Candidate
             ctx.on_pass(max(c.done for c in cands), cap, phase)
     for c, on in zip(cands, scored):
         if on:   # what it stopped by: after an extrapolation its next step may be larger than the last one was
-            c.stop.update(cycle[id(c)].record(c), gain=c.remaining_gain())
+            gain = c.remaining_gain()   # inf if the cap stopped it before two plain steps: none to read
+            c.stop.update(cycle[id(c)].record(c), gain=gain if math.isfinite(gain) else None)
     t0 = time.perf_counter()
     final = passes.run([c.plan(opts, final=on) for c, on in zip(cands, scored)])
     ctx.log.debug("%s final pass (%s): %.2f s", ctx.model.name, phase, time.perf_counter() - t0)
@@ -127,7 +129,7 @@ def _step(c: Candidate, sq: Squarem, sums: dict[str, np.ndarray], secs: float, n
         sq.phase = Phase.JUMP
         return
     if sq.phase == Phase.JUMP:
-        if c.log_posterior(sums, n_serps) < sq.posterior_p1:   # refused: the next pass runs at p2
+        if not c.log_posterior(sums, n_serps) >= sq.posterior_p1:   # refused (or NaN): the next pass runs at p2
             c.g = sq.g[2]
             sq.refused += 1
             if sq.alpha == sq.step_max:
@@ -159,5 +161,5 @@ def _read_rate(c: Candidate, sq: Squarem) -> None:
     """Once ``c``'s plain steps under its final prior are enough to read their rate (`candidates.step_rate`):
     that rate, and the first cycle next."""
     plain = [h[1] for h in c.history[c.compare_from:]]
-    if len(plain) >= GAIN_SPAN + 2:
+    if len(plain) >= GAIN_SPAN + 2 and step_rate(plain) < 1:   # steps that still grow have no rate yet
         c.rate, sq.phase = max(step_rate(plain), FALLBACK_RATE), Phase.FIRST

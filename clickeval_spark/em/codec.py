@@ -8,7 +8,8 @@ A block row (`blocks.BLOCK_SCHEMA`) carries:
                   n_train rows are training data, the rest held out)
     keys  binary  Arrow IPC stream: query_id, doc_id, n_obs (training impressions) of each pair
     state binary  float64 (C, 3, n_qd_params, n_pairs): per candidate fit, the pairs' current values and
-                  the num / den of the last E-step (null = the start, all 0.5)
+                  the num / den of the last E-step (null = the start, all 0.5); (C, 6, ...) while a
+                  SQUAREM cycle keeps its three points (`decode_state`), never after a fit's last pass
     stats binary  float64 vector: per candidate, the block's sums of the last pass (`step.stats_layout`)
 
 Determinism: a block's rows are sorted by their (pair, clicks) bytes and its pairs by (query_id, doc_id),

@@ -45,7 +45,8 @@ class EMOptions:
     converge: after the candidates stopped (and valid chose one), the chosen fit, if ``tol`` stopped it before
         ``iterations`` did, goes on until the training LL it may still gain (`candidates.remaining_gain`) is
         below this, in nats per training position; None: it stops with the candidates.
-    converge_iterations: the cap on the chosen fit's passes while it goes on.
+    converge_iterations: the cap on the chosen fit's passes while it goes on (those in its history: not
+        SQUAREM's NORM passes or refused jumps).
     converge_accelerate: the chosen fit goes on by SQUAREM's extrapolations of its EM steps (`acceleration`);
         False: by plain EM steps.
     converge_min_seen: the chosen fit goes on only on a dense log: one where at least this share of the held-out
