@@ -38,7 +38,7 @@ from clickeval_spark.em.blocks import PackedLog
 from clickeval_spark.em.candidates import FALLBACK_RATE, GAIN_SPAN, Candidate, step_rate
 from clickeval_spark.em.context import FitContext
 from clickeval_spark.em.passes import PassMode, PassPlan, Passes
-from clickeval_spark.em.step import extrapolated
+from clickeval_spark.em.extrapolation import extrapolated
 
 #: SQUAREM's step length bounds: a_max's start, and the factor it grows and shrinks by
 STEP_MAX0, STEP_FACTOR = 1.0, 4.0

@@ -41,7 +41,7 @@ class PassPlan:
         None: the model's default (`step.em_block`).
     keep: after the M-step, keep the values as point 0 or 1 of an extrapolation (`acceleration`); None: not.
     extrapolate: the values are the extrapolation of the kept points 0, 1, 2 by this step length, instead of
-        the M-step (`step.extrapolated`).
+        the M-step (`extrapolation.extrapolated`).
     restore: the values are the kept point 2, instead of the M-step (an extrapolation that was refused).
     """
 
@@ -60,6 +60,11 @@ class PassPlan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", PassMode(self.mode))
+
+    @property
+    def keeps_points(self) -> bool:
+        """The pass's state carries an extrapolation's kept points after it (`step.em_block`: 6 rows, not 3)."""
+        return self.keep is not None or self.extrapolate is not None or self.mode == PassMode.NORM
 
 
 class Passes(Protocol):

@@ -15,6 +15,7 @@ from typing import Mapping
 import numpy as np
 
 from clickeval_spark.em.codec import decode_data
+from clickeval_spark.em.extrapolation import extrapolated
 from clickeval_spark.em.passes import PassMode, PassPlan
 from clickeval_spark.models.base import INIT_VALUE, LL_EPS, ClickModel, binned_sums
 from clickeval_spark.models.ccm import CCM
@@ -54,7 +55,7 @@ def stats_layout(model: ClickModel, M: int) -> list[tuple[str, int]]:
     rank-aware prior means); eb_<p>: p's Beta-binomial log evidence per strength of
     `priors.EB_GRID` (only in a pass asked for it); <global>: (num..., den...) of each global
     parameter, flattened; accel: a `PassMode.NORM` pass's squared norms of the kept points' first and second
-    differences (`extrapolated`; 0 in any other pass).
+    differences (`extrapolation.extrapolated`; 0 in any other pass).
     """
     layout = [("ll", 1), ("n", 1), ("ll_valid", 1), ("n_valid", 1), ("lp", 1), ("n_pos", 1),
               ("ppl_n", M), ("ppl_ln", M)]
@@ -186,7 +187,6 @@ def em_block(model: ClickModel, block: BlockArrays, state: np.ndarray | None, pl
         values, num_prev, den_prev = state[0], state[1], state[2]
     # the points an extrapolation keeps (`acceleration`): rows 3-5 of a state that has them
     kept = state[3:] if state is not None and len(state) == 6 else np.zeros((3, P, n_pairs))
-    keeping = plan.keep is not None or plan.extrapolate is not None or plan.mode == PassMode.NORM
     if (plan.extrapolate is not None or plan.restore) and (state is None or len(state) != 6):
         raise ValueError("em_block: an extrapolation needs the points a cycle kept, and the state has none")
     lp = 0.0
@@ -285,7 +285,7 @@ def em_block(model: ClickModel, block: BlockArrays, state: np.ndarray | None, pl
             if p in model.impression_dens:
                 qd_den[j] = block.impressions
                 rank_den[j] = block.rank_impressions
-    new_state = np.stack([values, qd_num, qd_den, *(kept if keeping else ())])
+    new_state = np.stack([values, qd_num, qd_den, *(kept if plan.keeps_points else ())])
     parts = [np.array([ll, float(weight[:n_train].sum()), ll_valid, block.n_valid if held_out else 0.0, lp,
                        float(block.rank_impressions.sum())]),
              ppl_n, ppl_ln]
@@ -296,19 +296,6 @@ def em_block(model: ClickModel, block: BlockArrays, state: np.ndarray | None, pl
     parts += [np.concatenate([g_num[k_].ravel(), g_den[k_].ravel()]) for k_ in shapes]
     parts += [np.zeros(2)]   # accel: a NORM pass's
     return new_state, np.concatenate(parts)
-
-
-#: an extrapolated probability stays this far inside (0, 1), unless its third point already lies outside
-EXTRAPOLATION_MARGIN = 1e-6
-
-
-def extrapolated(p0: np.ndarray, p1: np.ndarray, p2: np.ndarray, alpha: float) -> np.ndarray:
-    """SQUAREM's extrapolation (Varadhan & Roland 2008, scheme S3) of three successive EM points by step length
-    ``alpha`` >= 1: p0 + 2 alpha r + alpha^2 v, r = p1 - p0, v = p2 - 2 p1 + p0 (alpha = 1 gives p2), held
-    inside (0, 1) by `EXTRAPOLATION_MARGIN`: every parameter of these models is a probability."""
-    r, v = p1 - p0, p2 - 2 * p1 + p0
-    out = p0 + 2 * alpha * r + alpha * alpha * v
-    return np.clip(out, np.minimum(EXTRAPOLATION_MARGIN, p2), np.maximum(1 - EXTRAPOLATION_MARGIN, p2))
 
 
 def _evidence(num: np.ndarray, den: np.ndarray, m: np.ndarray) -> np.ndarray:

@@ -44,8 +44,7 @@ def block_pass(model: ClickModel, plans: list[PassPlan], lanes: list[list[int]],
     n_pairs = arrays.n_pairs
     state = decode_state(state_buf, len(mine), P, n_pairs)
     size = sum(n for _, n in stats_layout(model, arrays.clicks.shape[1]))
-    keeping = any(plans[c].keep is not None or plans[c].extrapolate is not None or plans[c].mode == PassMode.NORM
-                  for c in mine)
+    keeping = any(plans[c].keeps_points for c in mine)
     new, vec = np.zeros((len(mine), 6 if keeping else 3, P, n_pairs)), np.zeros(len(plans) * size)
     for slot, c in enumerate(mine):
         plan = plans[c]

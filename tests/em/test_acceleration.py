@@ -11,7 +11,8 @@ from pyspark.sql import functions as F
 
 from clickeval_spark.em import EMOptions, fit, pack_serps
 from clickeval_spark.em.passes import PassMode, PassPlan
-from clickeval_spark.em.step import EXTRAPOLATION_MARGIN, BlockArrays, em_block, extrapolated, stats_layout
+from clickeval_spark.em.extrapolation import EXTRAPOLATION_MARGIN, extrapolated
+from clickeval_spark.em.step import BlockArrays, em_block, stats_layout
 from clickeval_spark.em.sums import block_pass, split_stats
 from clickeval_spark.models import get_model
 from clickeval_spark.models.priors import model_prior
