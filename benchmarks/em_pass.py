@@ -81,7 +81,7 @@ def resident_passes(packed, name: str, passes: int) -> tuple[list[float], float]
     try:
         for _ in range(passes):
             times.append(_timed(lambda: engine.run(plan)))
-        release(engine.finish())
+        release(engine.finish(((0, 1),)))
     finally:
         engine.close()
     return times, start

@@ -282,11 +282,11 @@ def pack_serps(serps: DataFrame, max_rank: int = 10, block_serps: int | None = N
     return pack_log(prep, max_rank, block_serps, fold, at_most=at_most, queries=queries)
 
 
-def qd_table(blocks: DataFrame, packed: DataFrame, model: ClickModel, slots: tuple[int, ...] = (0,),
-             first_blocks: tuple[int, ...] = (0,)) -> DataFrame:
+def qd_table(blocks: DataFrame, packed: DataFrame, model: ClickModel, first_blocks: tuple[int, ...] = (0,)
+             ) -> DataFrame:
     """Fitted qd parameters as rows: group int, query_id, doc_id, one double per qd param, n_obs double;
-    of each group g, the candidate in its state slot ``slots[g]`` (its position among g's candidates).
-    ``blocks``: the last pass's; ``packed``: the packed log's, whose keys name the pairs.
+    of each group, its chosen candidate's. ``blocks``: a finished fit's (`passes.Passes.finish`: the state is
+    the chosen candidate's values); ``packed``: the packed log's, whose keys name the pairs.
 
     Only pairs with a training impression (n_obs > 0): pairs seen only in held-out
     SERPs are not estimates.
@@ -303,7 +303,7 @@ def qd_table(blocks: DataFrame, packed: DataFrame, model: ClickModel, slots: tup
                 keys = decode_keys(batch.column("keys")[i].as_buffer())
                 n_obs = keys.column("n_obs").to_numpy()
                 state = np.frombuffer(batch.column("state")[i].as_buffer(), dtype=np.float64)
-                values = state.reshape(-1, 3, len(params), keys.num_rows)[slots[group], 0]
+                values = state.reshape(len(params), keys.num_rows)
                 train = n_obs > 0
                 yield pa.RecordBatch.from_arrays(
                     [pa.array(np.full(int(train.sum()), group, dtype=np.int32)),

@@ -9,7 +9,9 @@ A block row (`blocks.BLOCK_SCHEMA`) carries:
     keys  binary  Arrow IPC stream: query_id, doc_id, n_obs (training impressions) of each pair
     state binary  float64 (C, 3, n_qd_params, n_pairs): per candidate fit, the pairs' current values and
                   the num / den of the last E-step (null = the start, all 0.5); (C, 6, ...) while a
-                  SQUAREM cycle keeps its three points (`decode_state`), never after a fit's last pass
+                  SQUAREM cycle keeps its three points (`decode_state`), never after a fit's last pass;
+                  in a finished fit's rows (`passes.Passes.finish`) only the chosen candidate's values,
+                  float64 (n_qd_params, n_pairs) (`chosen_values`)
     stats binary  float64 vector: per candidate, the block's sums of the last pass (`step.stats_layout`)
 
 Determinism: a block's rows are sorted by their (pair, clicks) bytes and its pairs by (query_id, doc_id),
@@ -83,6 +85,16 @@ def decode_state(buf, n_candidates: int, n_params: int, n_pairs: int) -> np.ndar
     flat = np.frombuffer(buf, dtype=np.float64)
     per_row = n_candidates * n_params * n_pairs
     return flat.reshape(n_candidates, flat.size // per_row if per_row else 3, n_params, n_pairs)
+
+
+def chosen_values(state, slot: int, n_candidates: int) -> np.ndarray | None:
+    """From a block's state after a fit's last pass (depth 3: that pass scores), the values of the candidate in
+    ``slot`` of its group's ``n_candidates``, flat (n_qd_params * n_pairs,): all a fit's per-pair table needs.
+    ``state``: a `decode_state` array or its buffer; None (no pass ran) gives None."""
+    if state is None:
+        return None
+    flat = state.ravel() if isinstance(state, np.ndarray) else np.frombuffer(state, dtype=np.float64)
+    return flat.reshape(n_candidates, 3, -1)[slot, 0]
 
 
 def fold_rows(clicks: np.ndarray, pair: np.ndarray, weight: np.ndarray | None = None

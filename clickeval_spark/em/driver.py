@@ -200,11 +200,10 @@ def _fit(packed: PackedLog, ctx: FitContext) -> tuple[list[FittedModel], list[st
             refused = reuse_record(cands[0], opts.reuse)   # the log has moved: no table for this fit
             passes.end()
         else:
-            blocks = passes.finish()
             chosen = [chosen_slot(cands, g) for g in range(len(packed.groups))]
+            blocks = passes.finish(tuple((slot, len(mine)) for mine, slot in chosen))
             if model.qd_params:
-                qd_all = checkpointed(qd_table(blocks, packed.blocks, model, tuple(slot for _, slot in chosen),
-                                               packed.first_blocks))
+                qd_all = checkpointed(qd_table(blocks, packed.blocks, model, packed.first_blocks))
             else:
                 qd_all = packed.blocks.sparkSession.createDataFrame(
                     [], "group int, query_id string, doc_id string, n_obs double")

@@ -73,9 +73,10 @@ class Passes(Protocol):
     def run(self, plans: list[PassPlan]) -> list[dict[str, np.ndarray] | None]:
         """One pass of every candidate: per candidate its stats summed over the blocks (None if it holds)."""
 
-    def finish(self) -> DataFrame:
-        """The blocks with their final state (`blocks.PASS_SCHEMA` rows), for `blocks.qd_table`; their data may be
-        empty (the packed log keeps it)."""
+    def finish(self, chosen: tuple[tuple[int, int], ...]) -> DataFrame:
+        """End the passes: the blocks (`blocks.PASS_SCHEMA` rows) with, as state, the values of each group's
+        chosen candidate only (`codec.chosen_values`), for `blocks.qd_table`. ``chosen``: per group, (the
+        candidate's slot, the group's number of candidates). Their data may be empty (the packed log keeps it)."""
 
     def end(self) -> None:
         """End the passes without their final state (a selection sample's: only its sums were wanted)."""

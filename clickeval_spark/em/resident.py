@@ -6,8 +6,9 @@ runs every n-th candidate (a selection sample: 18 candidates on a few blocks of 
 blocks alone cannot balance). Per pass the driver sends the pass plans over a socket and reads back
 every block's stats vector; it adds them in block order as the stage engine does, and every block runs
 the same `sums.block_pass`: the same sums and parameters, bit for bit, without a Spark job per pass. After the
-last pass each task returns its blocks with their final state as the stage's rows (locally
-checkpointed; reliably too with a checkpoint directory).
+last pass each task returns its blocks with their chosen candidate's values (of every candidate's values,
+num and den, the per-pair table needs only those) as the stage's rows (locally checkpointed; reliably too
+with a checkpoint directory).
 
 The driver side is a TCP server on ``spark.driver.host``, as XGBoost's PySpark tracker and
 TorchDistributor do it. A task proves itself with a random token from its closure; nothing on the
@@ -38,6 +39,7 @@ from pyspark import BarrierTaskContext
 from pyspark.sql import DataFrame
 
 from clickeval_spark.em.blocks import PASS_SCHEMA
+from clickeval_spark.em.codec import chosen_values, group_of
 from clickeval_spark.em.layout import checkpointed, release, replicated
 from clickeval_spark.em.passes import EngineLost, PassPlan
 from clickeval_spark.em.step import BlockArrays, stats_layout
@@ -91,11 +93,13 @@ def _unarray(d: dict) -> np.ndarray:
     return np.array(d["values"], dtype=np.float64).reshape(d["shape"])
 
 
-def encode_plans(plans: list[PassPlan] | None, keep_state: bool = True) -> bytes:
-    """A pass's plans (None: finish, the tasks then return their blocks' states, or none without
-    ``keep_state``) as JSON: the tasks parse data, never code (no pickle on a socket)."""
+def encode_plans(plans: list[PassPlan] | None, chosen: tuple[tuple[int, int], ...] | None = None) -> bytes:
+    """A pass's plans as JSON: the tasks parse data, never code (no pickle on a socket). None: finish; the
+    tasks then return each block's chosen candidate's values (``chosen``: `Passes.finish`'s), or no state
+    when ``chosen`` is None."""
     if plans is None:
-        return json.dumps({"command": "finish", "keep_state": keep_state}).encode()
+        return json.dumps({"command": "finish", "chosen": None if chosen is None else [list(c) for c in chosen]}
+                          ).encode()
     return json.dumps({"command": "pass", "plans": [
         {**{f.name: getattr(p, f.name) for f in fields(PassPlan)}, "g": {k: _array(v) for k, v in p.g.items()},
          "update": None if p.update is None else [_array(a) for a in p.update]} for p in plans]}).encode()
@@ -135,8 +139,11 @@ def _task_fn(model: ClickModel, first_blocks: tuple[int, ...], address: tuple[st
                 msg = _recv(sock)
                 plans = decode_plans(msg)
                 if plans is None:   # finish
-                    if not json.loads(bytes(msg))["keep_state"]:   # `end`: the states go nowhere
+                    chosen = json.loads(bytes(msg))["chosen"]
+                    if chosen is None:   # `end`: the states go nowhere
                         states, vecs = [None] * len(ids), []
+                    else:   # one candidate's values, not every candidate's values, num and den
+                        states = [chosen_values(s, *chosen[group_of(b, first_blocks)]) for s, b in zip(states, ids)]
                     break
                 plans, lanes = pass_plans(plans, len(first_blocks))
                 lanes = [[c for c in lane if c % n_shares == share] for lane in lanes]
@@ -181,8 +188,8 @@ class ResidentPasses:
     """The passes of one fit in one barrier stage over ``blocks`` (a packed log's, or PASS_SCHEMA rows), in at
     most ``n_tasks`` tasks (no more than the cluster's slots: `layout.cluster_slots`).
 
-    ``run(plans)`` is one pass, with `stage_passes.run_iteration`'s sums; ``finish()`` ends the stage and
-    returns the blocks with their final state, ``end()`` ends it without them; ``close()`` cancels the stage
+    ``run(plans)`` is one pass, with `stage_passes.run_iteration`'s sums; ``finish(chosen)`` ends the stage and
+    returns the blocks with the chosen candidates' values, ``end()`` ends it without them; ``close()`` cancels the stage
     if it is still running.
     """
 
@@ -298,11 +305,12 @@ class ResidentPasses:
         except (ConnectionError, socket.timeout) as e:   # timeout: a task that stopped reading
             raise EngineLost(f"a task's connection failed: {e!r}") from e
 
-    def finish(self) -> DataFrame:
-        """End the stage: the blocks as PASS_SCHEMA rows with their final state (their data empty), checkpointed."""
+    def finish(self, chosen: tuple[tuple[int, int], ...]) -> DataFrame:
+        """End the stage: the blocks as PASS_SCHEMA rows with the chosen candidates' values (`Passes.finish`;
+        their data empty), checkpointed."""
         if self.shared:   # every task has every block, each with its own candidates' state
             raise ValueError("ResidentPasses.finish: a stage of shared candidates has no one state per block; end() it")
-        final = self._end_stage(keep_state=True)
+        final = self._end_stage(tuple(chosen))
         if self._sc.getCheckpointDir() is not None:
             # a lost executor's final state is read back, not recomputed by the stage
             self._final = checkpointed(final)
@@ -313,12 +321,12 @@ class ResidentPasses:
     def end(self) -> None:
         """End the stage as `finish` does, but the tasks return no state: a selection sample's 18 candidates'
         states are hundreds of MB per block (DBN), which a 1g executor cannot take in as one row."""
-        release(self._end_stage(keep_state=False))
+        release(self._end_stage(None))
         self._final = None
 
-    def _end_stage(self, keep_state: bool) -> DataFrame:
+    def _end_stage(self, chosen: tuple[tuple[int, int], ...] | None) -> DataFrame:
         """Tell the tasks to finish, wait for the barrier job, close the sockets: the job's rows."""
-        self._send_all(encode_plans(None, keep_state))
+        self._send_all(encode_plans(None, chosen))
         self._thread.join()
         self._alive()
         self._stop()

@@ -16,6 +16,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from clickeval_spark.em.blocks import PASS_SCHEMA, PackedLog, checkpointed, release
+from clickeval_spark.em.codec import chosen_values, group_of
 from clickeval_spark.em.passes import PassMode, PassPlan
 from clickeval_spark.em.step import BlockArrays
 from clickeval_spark.em.sums import block_pass, pass_plans, sum_block_stats
@@ -38,6 +39,20 @@ def iteration_fn(model: ClickModel, plans: list[PassPlan], first_blocks: tuple[i
             yield pa.RecordBatch.from_arrays(
                 [batch.column("block"), data_col, pa.array(states, pa.binary()), pa.array(stats, pa.binary())],
                 names=PASS_SCHEMA.fieldNames())
+
+    return run
+
+
+def _chosen_fn(chosen: tuple[tuple[int, int], ...], first_blocks: tuple[int, ...]):
+    """The blocks with each one's chosen candidate's values as state (`Passes.finish`)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            state_col = batch.column("state")
+            values = [chosen_values(state_col[i].as_buffer(), *chosen[group_of(block, first_blocks)]).tobytes()
+                      for i, block in enumerate(batch.column("block").to_pylist())]
+            yield pa.RecordBatch.from_arrays([batch.column("block"), batch.column("data"), pa.array(values, pa.binary()),
+                                              batch.column("stats")], names=PASS_SCHEMA.fieldNames())
 
     return run
 
@@ -87,8 +102,8 @@ class StagePasses:
         self._blocks, self._done = blocks, self._done + 1
         return sums
 
-    def finish(self) -> DataFrame:
-        return self._blocks
+    def finish(self, chosen: tuple[tuple[int, int], ...]) -> DataFrame:
+        return self._blocks.mapInArrow(_chosen_fn(tuple(chosen), self._packed.first_blocks), PASS_SCHEMA)
 
     def end(self) -> None:
         self.close()

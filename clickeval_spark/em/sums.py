@@ -3,8 +3,8 @@ candidate over a block, and the blocks' vectors summed in block order (so the su
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Iterable
+from dataclasses import fields, replace
+from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -46,15 +46,38 @@ def block_pass(model: ClickModel, plans: list[PassPlan], lanes: list[list[int]],
     size = sum(n for _, n in stats_layout(model, arrays.clicks.shape[1]))
     keeping = any(plans[c].keeps_points for c in mine)
     new, vec = np.zeros((len(mine), 6 if keeping else 3, P, n_pairs)), np.zeros(len(plans) * size)
+    # before the first pass every candidate starts from the same values: equal plans (the grid's strengths
+    # differ only from the second pass's M-step on) give the same step, computed once
+    first: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
     for slot, c in enumerate(mine):
         plan = plans[c]
         if plan.mode == PassMode.HOLD:   # only after a first pass: the state exists
             out = state[slot]
         else:
-            out, vec[c * size:(c + 1) * size] = em_block(model, arrays, None if state is None else state[slot], plan)
+            key = plan_key(plan) if state is None else None
+            if key in first:
+                out, part = first[key]
+            else:
+                out, part = em_block(model, arrays, None if state is None else state[slot], plan)
+                if key is not None:
+                    first[key] = out, part
+            vec[c * size:(c + 1) * size] = part
         new[slot, :min(len(out), new.shape[1])] = out[:new.shape[1]]
     arrays.end_pass()
     return new, vec
+
+
+def plan_key(plan: PassPlan) -> tuple:
+    """``plan`` as a hashable value, arrays by their bytes: equal keys, the same computation."""
+    def frozen(v):
+        if isinstance(v, np.ndarray):
+            return v.dtype.str, v.shape, v.tobytes()
+        if isinstance(v, Mapping):
+            return tuple((k, frozen(x)) for k, x in sorted(v.items()))
+        if isinstance(v, tuple):
+            return tuple(frozen(x) for x in v)
+        return v
+    return tuple(frozen(getattr(plan, f.name)) for f in fields(PassPlan))
 
 
 def pass_plans(plans: list[PassPlan], n_groups: int) -> tuple[list[PassPlan], list[list[int]]]:

@@ -11,7 +11,8 @@ from pyspark.sql import functions as F
 
 from clickeval_spark.models import get_model
 from clickeval_spark.fitted import attach
-from clickeval_spark.em import blocks, driver, passes, resident
+from clickeval_spark.em import blocks, codec, driver, passes, resident
+from clickeval_spark.em.stage_passes import StagePasses
 from tests.em.logs import fit_values
 
 
@@ -163,7 +164,7 @@ def test_pass_plans_cross_the_socket_as_exact_json():
 def test_end_returns_no_state_and_frees_the_stage(spark, make_log, monkeypatch):
     """`end` (a selection sample's passes): the barrier job completes, its rows carry no state or sums (18
     candidates' states of a DBN block are hundreds of MB: a 1g executor ran out of heap taking them in), and
-    the checkpointed rows are released; `finish` after the same pass returns every block's state, and is
+    the checkpointed rows are released; `finish` after the same pass returns every block's values, and is
     refused on a stage of shared candidates (each task holds every block: no one state per block)."""
     model, M = get_model("dbn"), 4
     log = make_log(model, n_serps=200, M=M, seed=83)
@@ -184,7 +185,7 @@ def test_end_returns_no_state_and_frees_the_stage(spark, make_log, monkeypatch):
                 engine.run([plan, plan])
                 if how == "shared":
                     with pytest.raises(ValueError, match="shared candidates"):
-                        engine.finish()
+                        engine.finish(((0, 2),))
                     assert engine.end() is None and not engine._thread.is_alive()
                 elif how == "end":
                     assert engine.end() is None and not engine._thread.is_alive() and engine._final is None
@@ -192,10 +193,50 @@ def test_end_returns_no_state_and_frees_the_stage(spark, make_log, monkeypatch):
                     assert [b for b, _, _ in rows] == list(range(packed.n_blocks))
                     assert all(state is None and stats is None for _, state, stats in rows)
                 else:
-                    states = {r["block"]: r["state"] for r in engine.finish().collect()}
+                    states = {r["block"]: r["state"] for r in engine.finish(((0, 2),)).collect()}
                     assert sorted(states) == list(range(packed.n_blocks))
                     assert all(s is not None and len(s) > 0 for s in states.values())
             finally:
                 engine.close()
     finally:
         packed.unpersist()
+
+
+def test_finish_returns_only_the_chosen_candidates_values(spark, make_log):
+    """`finish` of either engine: per block, exactly the values (row 0) of the chosen slot in the full state the
+    stage engine's last pass left (decoded here with `decode_state`), P x n_pairs doubles; two groups, each
+    with its own chosen slot, and candidates whose values differ (their own qd M-steps)."""
+    model, M = get_model("dbn"), 4
+    packed = _grouped_log(spark, make_log, model, M)
+    P = len(model.qd_params)
+    g = {k: np.asarray(v, dtype=np.float64) for k, v in model.init_global(M).items()}
+    first = [passes.PassPlan("step", g, None, group) for group in (0, 0, 1, 1)]
+    second = [passes.PassPlan("step", g, (np.full(P, k), np.full(P, m)), group)
+              for k, m, group in ((1.0, 0.5, 0), (8.0, 0.2, 0), (2.0, 0.3, 1), (0.5, 0.7, 1))]
+    chosen = ((1, 2), (0, 2))
+    try:
+        stage = StagePasses(packed, model)
+        stage.run(first)
+        stage.run(second)
+        full = {r["block"]: r["state"] for r in stage._blocks.select("block", "state").collect()}
+        keys = {r["block"]: blocks.decode_keys(r["keys"]).num_rows for r in packed.blocks.select("block", "keys").collect()}
+        want = {b: codec.decode_state(full[b], 2, P, keys[b])[chosen[codec.group_of(b, packed.first_blocks)][0], 0]
+                for b in full}
+        assert any(not np.array_equal(codec.decode_state(full[b], 2, P, keys[b])[0, 0],
+                                      codec.decode_state(full[b], 2, P, keys[b])[1, 0]) for b in full)
+        got_stage = {r["block"]: r["state"] for r in stage.finish(chosen).collect()}
+        stage.close()
+        engine = resident.ResidentPasses(packed.blocks, model, M, packed.first_blocks, 2)
+        try:
+            engine.run(first)
+            engine.run(second)
+            got_resident = {r["block"]: r["state"] for r in engine.finish(chosen).collect()}
+        finally:
+            engine.close()
+    finally:
+        packed.unpersist()
+    assert sorted(want) == sorted(got_stage) == sorted(got_resident) == list(range(packed.n_blocks))
+    for b, values in want.items():
+        assert len(got_stage[b]) == len(got_resident[b]) == P * keys[b] * 8
+        assert np.frombuffer(got_stage[b]).reshape(P, keys[b]).tobytes() == values.tobytes()
+        assert got_resident[b] == got_stage[b]
