@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,7 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", default="/tmp/clickeval-bench")
     ap.add_argument("--conf", default="conf/bench.yaml")
     ap.add_argument("--driver-memory", default="6g", help="spark.driver.memory (benchmarks.run's default)")
+    ap.add_argument("--debug", action="store_true",
+                    help="the fits' DEBUG lines with timestamps (each pass, the last pass, the per-pair table)")
     args = ap.parse_args(argv)
+    if args.debug:
+        logging.basicConfig(format="%(asctime)s.%(msecs)03d %(message)s", datefmt="%H:%M:%S")
+        logging.getLogger("clickeval").setLevel(logging.DEBUG)
     modes = args.modes.split(",")
     if unknown := sorted(set(modes) - set(MODES)):
         ap.error(f"--modes: unknown {unknown}, expected some of {sorted(MODES)}")

@@ -14,6 +14,11 @@ from clickeval_spark.models.priors import ModelPrior, model_prior
 _FIT = FitConfig()
 
 
+def halving_rounds(halving: dict[int, float]) -> tuple[tuple[int, float], ...]:
+    """fit.prior.halving's {iteration: margin} as `EMOptions.halving`'s rounds, in iteration order."""
+    return tuple(sorted(halving.items()))
+
+
 @dataclass(frozen=True)
 class RecentChoice:
     """What `k: auto` chose in a recent fit of the same model on the same dataset (its `runs` row), for a daily
@@ -83,7 +88,7 @@ class EMOptions:
     ppl_eps: float | None = None
     compiled: bool | None = None
     select_serps: int | None = _FIT.prior.select_serps
-    halving: tuple[tuple[int, float], ...] = tuple(sorted(_FIT.prior.halving.items()))
+    halving: tuple[tuple[int, float], ...] = halving_rounds(_FIT.prior.halving)
     reuse: RecentChoice | None = None
 
     def __post_init__(self) -> None:
@@ -115,5 +120,5 @@ class EMOptions:
                    converge_min_seen=fit.converge.min_seen_share,
                    prior=prior, k_grid=fit.prior.grid,
                    prior_warmup=fit.prior.warmup, checkpoint_interval=fit.checkpoint_interval, engine=fit.engine,
-                   select_serps=fit.prior.select_serps, halving=tuple(sorted(fit.prior.halving.items())),
+                   select_serps=fit.prior.select_serps, halving=halving_rounds(fit.prior.halving),
                    reuse=reuse)
