@@ -14,6 +14,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from clickeval_spark.em.blocks import PASS_SCHEMA, PackedLog, checkpointed, release
 from clickeval_spark.em.codec import chosen_values, group_of
@@ -49,8 +50,9 @@ def _chosen_fn(chosen: tuple[tuple[int, int], ...], first_blocks: tuple[int, ...
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             state_col = batch.column("state")
-            values = [chosen_values(state_col[i].as_buffer(), *chosen[group_of(block, first_blocks)]).tobytes()
+            values = [chosen_values(state_col[i].as_buffer(), *chosen[group_of(block, first_blocks)])
                       for i, block in enumerate(batch.column("block").to_pylist())]
+            values = [None if v is None else v.tobytes() for v in values]   # None: no pass ran
             yield pa.RecordBatch.from_arrays([batch.column("block"), batch.column("data"), pa.array(values, pa.binary()),
                                               batch.column("stats")], names=PASS_SCHEMA.fieldNames())
 
@@ -103,7 +105,9 @@ class StagePasses:
         return sums
 
     def finish(self, chosen: tuple[tuple[int, int], ...]) -> DataFrame:
-        return self._blocks.mapInArrow(_chosen_fn(tuple(chosen), self._packed.first_blocks), PASS_SCHEMA)
+        # the data goes out empty before the map (the packed log keeps it): Spark cannot prune through it
+        rows = self._blocks.select("block", F.lit(b"").alias("data"), "state", "stats")
+        return rows.mapInArrow(_chosen_fn(tuple(chosen), self._packed.first_blocks), PASS_SCHEMA)
 
     def end(self) -> None:
         self.close()

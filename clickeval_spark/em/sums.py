@@ -74,7 +74,7 @@ def plan_key(plan: PassPlan) -> tuple:
             return v.dtype.str, v.shape, v.tobytes()
         if isinstance(v, Mapping):
             return tuple((k, frozen(x)) for k, x in sorted(v.items()))
-        if isinstance(v, tuple):
+        if isinstance(v, (tuple, list)):
             return tuple(frozen(x) for x in v)
         return v
     return tuple(frozen(getattr(plan, f.name)) for f in fields(PassPlan))

@@ -224,7 +224,9 @@ def test_finish_returns_only_the_chosen_candidates_values(spark, make_log):
                 for b in full}
         assert any(not np.array_equal(codec.decode_state(full[b], 2, P, keys[b])[0, 0],
                                       codec.decode_state(full[b], 2, P, keys[b])[1, 0]) for b in full)
-        got_stage = {r["block"]: r["state"] for r in stage.finish(chosen).collect()}
+        finished = stage.finish(chosen).collect()
+        assert all(r["data"] == b"" for r in finished)   # the packed log keeps the data: none crosses again
+        got_stage = {r["block"]: r["state"] for r in finished}
         stage.close()
         engine = resident.ResidentPasses(packed.blocks, model, M, packed.first_blocks, 2)
         try:
