@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import io
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -87,12 +88,15 @@ def decode_state(buf, n_candidates: int, n_params: int, n_pairs: int) -> np.ndar
     return flat.reshape(n_candidates, flat.size // per_row if per_row else 3, n_params, n_pairs)
 
 
-def chosen_values(state, slot: int, n_candidates: int) -> np.ndarray | None:
-    """From a block's state after a fit's last pass (depth 3: that pass scores), the values of the candidate in
-    ``slot`` of its group's ``n_candidates``, flat (n_qd_params * n_pairs,): all a fit's per-pair table needs.
-    ``state``: a `decode_state` array or its buffer; None (no pass ran) gives None."""
+def chosen_values(state, block: int, chosen: Sequence[Sequence[int]], first_blocks: tuple[int, ...]
+                  ) -> np.ndarray | None:
+    """From ``block``'s state after a fit's last pass (depth 3: that pass scores), the values of its group's
+    chosen candidate, flat (n_qd_params * n_pairs,): all a fit's per-pair table needs. ``chosen``: per group,
+    (the candidate's slot, the group's number of candidates) (`passes.Passes.finish`). ``state``: a
+    `decode_state` array or its buffer; None (no pass ran) gives None."""
     if state is None:
         return None
+    slot, n_candidates = chosen[group_of(block, first_blocks)]
     flat = state.ravel() if isinstance(state, np.ndarray) else np.frombuffer(state, dtype=np.float64)
     return flat.reshape(n_candidates, 3, -1)[slot, 0]
 

@@ -39,7 +39,7 @@ from pyspark import BarrierTaskContext
 from pyspark.sql import DataFrame
 
 from clickeval_spark.em.blocks import PASS_SCHEMA
-from clickeval_spark.em.codec import chosen_values, group_of
+from clickeval_spark.em.codec import chosen_values
 from clickeval_spark.em.layout import checkpointed, release, replicated
 from clickeval_spark.em.passes import EngineLost, PassPlan
 from clickeval_spark.em.step import BlockArrays, stats_layout
@@ -143,7 +143,7 @@ def _task_fn(model: ClickModel, first_blocks: tuple[int, ...], address: tuple[st
                     if chosen is None:   # `end`: the states go nowhere
                         states, vecs = [None] * len(ids), []
                     else:   # one candidate's values, not every candidate's values, num and den
-                        states = [chosen_values(s, *chosen[group_of(b, first_blocks)]) for s, b in zip(states, ids)]
+                        states = [chosen_values(s, b, chosen, first_blocks) for s, b in zip(states, ids)]
                     break
                 plans, lanes = pass_plans(plans, len(first_blocks))
                 lanes = [[c for c in lane if c % n_shares == share] for lane in lanes]

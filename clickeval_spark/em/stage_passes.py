@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from clickeval_spark.em.blocks import PASS_SCHEMA, PackedLog, checkpointed, release
-from clickeval_spark.em.codec import chosen_values, group_of
+from clickeval_spark.em.codec import chosen_values
 from clickeval_spark.em.passes import PassMode, PassPlan
 from clickeval_spark.em.step import BlockArrays
 from clickeval_spark.em.sums import block_pass, pass_plans, sum_block_stats
@@ -50,7 +50,7 @@ def _chosen_fn(chosen: tuple[tuple[int, int], ...], first_blocks: tuple[int, ...
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             state_col = batch.column("state")
-            values = [chosen_values(state_col[i].as_buffer(), *chosen[group_of(block, first_blocks)])
+            values = [chosen_values(state_col[i].as_buffer(), block, chosen, first_blocks)
                       for i, block in enumerate(batch.column("block").to_pylist())]
             values = [None if v is None else v.tobytes() for v in values]   # None: no pass ran
             yield pa.RecordBatch.from_arrays([batch.column("block"), batch.column("data"), pa.array(values, pa.binary()),
